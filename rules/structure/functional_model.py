@@ -1,0 +1,150 @@
+"""Functional Keras models (``keras.Input`` ... ``keras.Model(inputs, outputs)``) become a
+local ``nn.Module`` whose compact ``__call__`` replays the graph.
+
+The statements between the first ``Input`` and the ``Model(...)`` call are the graph;
+they move into ``__call__`` unchanged (layer constructors there are already Flax), the
+``Input`` variables become its parameters, and the model's outputs its return value.
+Statements before stay outside (the class closes over them). Keras propagates the
+training flag to every layer; the generated ``__call__`` takes ``training`` and the layer
+calls inside were given it explicitly.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.context import LayerRef
+from tern.modulegen import class_name_for, compact_module
+from tern.rule import Rule
+
+INPUTS = {"keras.Input", "keras.layers.Input"}
+MODELS = {"keras.Model", "keras.models.Model"}
+
+
+def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> list[cst.Call]:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if ctx.resolve(call.func) in names:
+                found.append(call)
+
+    node.visit(V())
+    return found
+
+
+def _input_target(stmt: cst.CSTNode, ctx) -> str | None:
+    if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])):
+        assign = stmt.body[0]
+        if ctx.resolve(assign.value.func) in INPUTS:
+            return assign.targets[0].target.value
+    return None
+
+
+def _model_call(stmt: cst.CSTNode, ctx) -> cst.Call | None:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    value = None
+    if isinstance(small, cst.Return):
+        value = small.value
+    elif m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        value = small.value
+    if isinstance(value, cst.Call) and ctx.resolve(value.func) in MODELS:
+        return value
+    return None
+
+
+def _model_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
+    out = {}
+    for i, arg in enumerate(call.args):
+        key = arg.keyword.value if arg.keyword else ("inputs", "outputs", "name")[i] if i < 3 else f"_{i}"
+        out[key] = arg.value
+    return out
+
+
+class FunctionalModelRule(Rule):
+    id = "structure:functional-model"
+    consumes = frozenset(INPUTS | MODELS)
+    order = 20
+
+    def visit_function(self, ctx, node):
+        frame = ctx.frame
+        for stmt in node.body.body:
+            if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])):
+                assign = stmt.body[0]
+                name = ctx.resolve(assign.value.func)
+                if name in ctx.tables.layers:
+                    frame.layers[assign.targets[0].target.value] = LayerRef(record=ctx.tables.layers[name])
+        if _calls_in(node.body, ctx, INPUTS) and _calls_in(node.body, ctx, MODELS):
+            frame.tags.add("functional")
+            frame.training = "training"
+
+    def leave_function(self, ctx, original, updated):
+        if "functional" not in ctx.frame.tags:
+            return None
+        stmts = list(original.body.body)
+        new = list(updated.body.body)
+        if len(stmts) != len(new):
+            ctx.todo(f"functional model {original.name.value}", "statements were restructured by another rule")
+            return None
+        inputs_at = [i for i, s in enumerate(stmts) if _input_target(s, ctx)]
+        model_at = [i for i, s in enumerate(stmts) if _model_call(s, ctx) is not None]
+        if not inputs_at or len(model_at) != 1 or model_at[0] < inputs_at[-1]:
+            ctx.todo(
+                f"functional model {original.name.value}",
+                "inputs and the Model(...) call must be top-level statements of this function, Inputs first",
+            )
+            return None
+        first, at = inputs_at[0], model_at[0]
+        args = _model_args(_model_call(new[at], ctx))
+        model_inputs, outputs = args.get("inputs"), args.get("outputs")
+        if model_inputs is None or outputs is None:
+            ctx.todo(f"functional model {original.name.value}", "Model(...) without inputs and outputs")
+            return None
+        if isinstance(model_inputs, cst.Name):
+            params, prelude = [model_inputs.value], []
+        elif isinstance(model_inputs, (cst.List, cst.Tuple)) and all(isinstance(e.value, cst.Name) for e in model_inputs.elements):
+            names = [e.value.value for e in model_inputs.elements]
+            params = ["inputs"]
+            prelude = [cst.parse_statement(f"{', '.join(names)}, = inputs\n" if len(names) == 1 else f"{', '.join(names)} = inputs\n")]
+        else:
+            ctx.todo(f"functional model {original.name.value}", "dict or nested model inputs are not supported")
+            return None
+        graph = [s for i, s in enumerate(new[first:at], start=first) if i not in inputs_at]
+        body = [*prelude, *graph, cst.SimpleStatementLine([cst.Return(outputs)])]
+        model_name = args.get("name")
+        literal = model_name.evaluated_value if isinstance(model_name, cst.SimpleString) else None
+        cls_name = class_name_for(original.name.value, literal)
+        cls = compact_module(ctx, cls_name, params, body, f"Functional Keras model `{original.name.value}`, replayed as a Flax module.")
+        instance = cst.Call(func=cst.Name(cls_name))
+        small = new[at].body[0]
+        if isinstance(small, cst.Return):
+            end = new[at].with_changes(body=[small.with_changes(value=instance)])
+        else:
+            end = new[at].with_changes(body=[small.with_changes(value=instance)])
+        tail = []
+        model_var = small.targets[0].target.value if isinstance(small, cst.Assign) else None
+        for stmt in new[at + 1:]:
+            if model_var and _uses_method_of(stmt, model_var):
+                stmt = stmt.with_changes(leading_lines=[*stmt.leading_lines, cst.EmptyLine(comment=cst.Comment(
+                    f"# TODO(tern): keras.Model method: `{model_var}.<method>` has no flax.linen counterpart (training code is translated separately)"))])
+            tail.append(stmt)
+        body_out = [*new[:first], cls, end, *tail]
+        return updated.with_changes(body=updated.body.with_changes(body=body_out))
+
+
+def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if m.matches(node.value, m.Name(var)):
+                found.append(node)
+
+    stmt.visit(V())
+    return bool(found)
+
+
+RULE = FunctionalModelRule()

@@ -1,0 +1,508 @@
+"""Keras ``Layer``/``Model`` subclasses become ``flax.linen.Module`` dataclasses.
+
+* constructor parameters become dataclass fields (``name``/``**kwargs`` go: Flax has its own);
+* ``__init__`` becomes ``setup`` (sublayers, derived config); same-name stores are dropped;
+* ``call(inputs, training=None, mask=None)`` becomes ``__call__`` with ``training: bool = False``;
+* ``build`` + ``add_weight`` become a ``@nn.compact`` ``__call__`` with ``self.param``
+  (trainable) or ``self.variable("batch_stats", ...)`` (non-trainable) created from the
+  input shape; ``.assign``/``.assign_add`` become ``.value`` updates guarded by
+  ``not self.is_initializing()``, so ``init`` does not update state (Keras' ``build``
+  creates weights without running an update).
+
+A class mixing sublayers and ``add_weight`` is left with a TODO: Flax modules use either
+``setup`` or ``@nn.compact``, and moving sublayers into compact changes parameter paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.context import LayerRef
+from tern.convert import CONVERTERS, Refusal
+from tern.render import code
+from tern.rule import Rule
+
+KERAS_BASES = {"keras.layers.Layer", "keras.Layer", "keras.Model", "keras.models.Model"}
+DROPPED_METHODS = {"get_config", "from_config", "compute_output_shape", "compute_output_spec"}
+SELF = "self"
+
+
+@dataclass
+class KerasClass:
+    name: str
+    params: list[cst.Param] = field(default_factory=list)
+    sublayers: dict[str, LayerRef] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)  # attr -> collection
+    build_assigned: set[str] = field(default_factory=set)
+    has_build: bool = False
+    refusal: str | None = None
+    frame_depth: int = 0
+
+    @property
+    def compact(self) -> bool:
+        return self.has_build
+
+
+def _self_attr(node: cst.BaseExpression) -> str | None:
+    if m.matches(node, m.Attribute(value=m.Name(SELF), attr=m.Name())):
+        return node.attr.value
+    return None
+
+
+def _methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        stmt.name.value: stmt
+        for stmt in node.body.body
+        if isinstance(stmt, cst.FunctionDef)
+    }
+
+
+def _assignments(body: cst.CSTNode):
+    """(attr, value) for every ``self.attr = value`` anywhere in a method body."""
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                attr = _self_attr(target.target)
+                if attr is not None:
+                    found.append((attr, node.value))
+
+    body.visit(V())
+    return found
+
+
+def _layer_ref(ctx, value: cst.BaseExpression) -> LayerRef | None:
+    if not isinstance(value, cst.Call):
+        return None
+    if isinstance(value.func, cst.Name) and ctx.package.is_module_class(value.func.value):
+        return LayerRef(package_class=value.func.value)
+    name = ctx.resolve(value.func)
+    if name is None:
+        return None
+    if name in ctx.tables.layers:
+        return LayerRef(record=ctx.tables.layers[name])
+    if name in ("keras.Sequential", "keras.models.Sequential"):
+        return LayerRef(sequential=True)
+    return None
+
+
+def _is_add_weight(value: cst.BaseExpression) -> bool:
+    return m.matches(value, m.Call(func=m.Attribute(value=m.Name(SELF), attr=m.Name("add_weight"))))
+
+
+def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
+    is_keras = False
+    for base in node.bases:
+        name = ctx.resolve(base.value)
+        if name in KERAS_BASES:
+            is_keras = True
+        elif isinstance(base.value, cst.Name) and ctx.package.is_module_class(base.value.value):
+            is_keras = True
+    if not is_keras:
+        return None
+    info = KerasClass(node.name.value)
+    methods = _methods(node)
+    init = methods.get("__init__")
+    if init is not None:
+        params = init.params
+        if params.posonly_params:
+            info.refusal = "positional-only constructor parameters"
+        info.params = [p for p in (*params.params, *params.kwonly_params) if p.name.value != SELF]
+        for attr, value in _assignments(init.body):
+            ref = _layer_ref(ctx, value)
+            if ref is not None:
+                info.sublayers[attr] = ref
+            if _is_add_weight(value):
+                info.refusal = "`add_weight` in `__init__` (weights need a shape known at build time)"
+    build = methods.get("build")
+    if build is not None:
+        info.has_build = True
+        for attr, value in _assignments(build.body):
+            info.build_assigned.add(attr)
+            if _is_add_weight(value):
+                info.weights[attr] = _collection(value)
+            elif _layer_ref(ctx, value) is not None:
+                info.refusal = "sublayers created in `build`"
+        if info.sublayers:
+            info.refusal = (
+                "sublayers in `__init__` together with `build`/`add_weight`: Flax needs either "
+                "`setup` or `@nn.compact`; port by hand or move the weights into a sublayer"
+            )
+    if "call" not in methods:
+        info.refusal = info.refusal or "no `call` method"
+    return info
+
+
+def _collection(call: cst.Call) -> str:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "trainable":
+            if m.matches(arg.value, m.Name("False")):
+                return "batch_stats"
+    return "params"
+
+
+class _ParamsToFields(cst.CSTTransformer):
+    """Constructor parameter loads become ``self.<field>`` in ``setup``."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def leave_Name(self, original, updated):
+        if updated.value in self.names:
+            return cst.Attribute(value=cst.Name(SELF), attr=cst.Name(updated.value))
+        return updated
+
+    def leave_Arg(self, original, updated):
+        return updated.with_changes(keyword=original.keyword)
+
+    def leave_Attribute(self, original, updated):
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Param(self, original, updated):
+        return original
+
+    def leave_AssignTarget(self, original, updated):
+        return original.with_changes(target=updated.target) if not isinstance(original.target, cst.Name) else original
+
+
+def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
+    out: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, node):
+            if isinstance(node.target, cst.Name) and node.target.value in names:
+                out.add(node.target.value)
+
+        def visit_AugAssign(self, node):
+            if isinstance(node.target, cst.Name) and node.target.value in names:
+                out.add(node.target.value)
+
+    body.visit(V())
+    return out
+
+
+def _annotation(param: cst.Param) -> cst.Annotation:
+    default = param.default
+    kind = "typing.Any"
+    if isinstance(default, cst.Integer):
+        kind = "int"
+    elif isinstance(default, cst.Float):
+        kind = "float"
+    elif m.matches(default, m.Name("True") | m.Name("False")):
+        kind = "bool"
+    elif isinstance(default, (cst.SimpleString, cst.ConcatenatedString)):
+        kind = "str"
+    return kind
+
+
+def _is_super_init(stmt: cst.CSTNode) -> bool:
+    return m.matches(
+        stmt,
+        m.SimpleStatementLine(
+            body=[m.Expr(value=m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name("__init__"))))]
+        ),
+    )
+
+
+def _is_same_store(stmt: cst.CSTNode, params: set[str]) -> bool:
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])):
+        return False
+    assign = stmt.body[0]
+    attr = _self_attr(assign.targets[0].target)
+    return attr is not None and attr in params and m.matches(assign.value, m.Name(attr))
+
+
+class KerasClassRule(Rule):
+    id = "structure:keras-class"
+    consumes = frozenset(KERAS_BASES)
+    scope = "all"
+    order = 10
+
+    def visit_class(self, ctx, node):
+        info = analyze(ctx, node)
+        if info is not None:
+            info.frame_depth = len(ctx.frames)
+        ctx.classes[-1] = info
+
+    def visit_function(self, ctx, node):
+        info = ctx.keras_class
+        # a method directly inside the Keras class: frames are one deeper than classes' methods
+        if info is None or len(ctx.frames) != info.frame_depth + 1:
+            return
+        frame = ctx.frame
+        frame.in_module_method = True
+        if node.name.value in ("call", "__call__"):
+            frame.training = "training"
+        elif _has_param(node, "training"):
+            frame.training = "training"
+
+    def leave_call(self, ctx, original, updated):
+        info = ctx.keras_class
+        if info is None or ctx.frame is None or not ctx.frame.in_module_method:
+            return None
+        attr = _self_attr(original.func)
+        ref = info.sublayers.get(attr) if attr else None
+        if ref is not None and ref.package_class and ctx.frame.training:
+            if not any(a.keyword is not None and a.keyword.value == "training" for a in updated.args):
+                args = list(updated.args)
+                if args:
+                    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                args.append(cst.Arg(cst.Name(ctx.frame.training), keyword=cst.Name("training"),
+                                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+                return updated.with_changes(args=args)
+        return None
+
+    def leave_class(self, ctx, original, updated):
+        info = ctx.keras_class
+        if info is None:
+            return None
+        if info.refusal:
+            ctx.todo(f"class {info.name}", f"not converted to nn.Module: {info.refusal}")
+            return None
+        new_bases = []
+        for base in updated.bases:
+            name = ctx.resolve(base.value)
+            if name in KERAS_BASES:
+                new_bases.append(base.with_changes(value=ctx.target_name("flax.linen.Module")))
+            else:
+                new_bases.append(base)
+        new_bases = [b.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(new_bases) - 1 else b for i, b in enumerate(new_bases)]
+        param_names = {p.name.value for p in info.params}
+        body: list[cst.CSTNode] = []
+        docstring = []
+        stmts = list(updated.body.body)
+        if stmts and m.matches(stmts[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
+            docstring = [stmts.pop(0)]
+        fields = []
+        for param in info.params:
+            annotation = _annotation(param)
+            if annotation == "typing.Any":
+                ctx.plan.spell("typing")
+            target = cst.Name(param.name.value)
+            default = param.default
+            if isinstance(default, cst.List):
+                default = cst.Tuple(default.elements)
+            fields.append(
+                cst.SimpleStatementLine(
+                    [cst.AnnAssign(target=target, annotation=cst.Annotation(cst.parse_expression(annotation)), value=default)]
+                )
+            )
+        methods = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
+        out_methods: list[cst.CSTNode] = []
+        for stmt in stmts:
+            if not isinstance(stmt, cst.FunctionDef):
+                out_methods.append(stmt)
+                continue
+            name = stmt.name.value
+            if name == "__init__":
+                setup = self._setup(ctx, stmt, info, param_names)
+                if setup is not None:
+                    out_methods.append(setup)
+            elif name == "build":
+                continue
+            elif name in DROPPED_METHODS:
+                continue
+            elif name == "call":
+                call = self._call(ctx, stmt, methods.get("build"), info)
+                if isinstance(call, Refusal):
+                    ctx.todo(f"class {info.name}", call.reason)
+                    return None
+                out_methods.append(call)
+            else:
+                out_methods.append(stmt)
+        body = docstring + fields + out_methods
+        if not body:
+            body = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated.with_changes(
+            bases=new_bases,
+            body=updated.body.with_changes(body=body),
+        )
+
+    # -- __init__ -> setup -----------------------------------------------------------
+    def _setup(self, ctx, init: cst.FunctionDef, info: KerasClass, params: set[str]):
+        kept = [
+            s for s in init.body.body
+            if not _is_super_init(s) and not _is_same_store(s, params)
+            and not (isinstance(s, cst.SimpleStatementLine) and m.matches(s.body[0], m.Expr(value=m.SimpleString())))
+        ]
+        if not kept:
+            return None
+        rebound = _rebound(init.body, params)
+        block = cst.IndentedBlock(kept)
+        block = block.visit(_ParamsToFields(params - rebound))
+        prelude = [cst.parse_statement(f"{p} = self.{p}\n") for p in sorted(rebound)]
+        if info.compact:
+            # compact modules cannot also define setup; keep only plain config statements
+            return init.with_changes(
+                name=cst.Name("setup"),
+                params=cst.Parameters([cst.Param(cst.Name(SELF))]),
+                body=block.with_changes(body=[*prelude, *block.body]),
+            )
+        return init.with_changes(
+            name=cst.Name("setup"),
+            params=cst.Parameters([cst.Param(cst.Name(SELF))]),
+            body=block.with_changes(body=[*prelude, *block.body]),
+        )
+
+    # -- call -> __call__ -------------------------------------------------------------
+    def _call(self, ctx, call: cst.FunctionDef, build: cst.FunctionDef | None, info: KerasClass):
+        params = list(call.params.params)
+        has_training = any(p.name.value == "training" for p in params)
+        new_params = []
+        for p in params:
+            if p.name.value == "training":
+                p = p.with_changes(
+                    annotation=cst.Annotation(cst.Name("bool")),
+                    default=cst.Name("False") if m.matches(p.default, m.Name("None")) or p.default is None else p.default,
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" ")),
+                )
+            new_params.append(p)
+        if not has_training:
+            new_params.append(
+                cst.Param(
+                    cst.Name("training"),
+                    annotation=cst.Annotation(cst.Name("bool")),
+                    default=cst.Name("False"),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" ")),
+                )
+            )
+        new_params = [
+            p.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(new_params) - 1 else cst.MaybeSentinel.DEFAULT)
+            for i, p in enumerate(new_params)
+        ]
+        out = call.with_changes(name=cst.Name("__call__"), params=call.params.with_changes(params=new_params))
+        if not info.compact:
+            return out
+        return self._compact(ctx, out, build, info)
+
+    def _compact(self, ctx, call: cst.FunctionDef, build: cst.FunctionDef, info: KerasClass):
+        build_params = [p for p in build.params.params if p.name.value != SELF]
+        call_params = [p for p in call.params.params if p.name.value != SELF]
+        if not call_params:
+            return Refusal("`call` takes no inputs")
+        inputs = call_params[0].name.value
+        prelude: list[cst.CSTNode] = []
+        if build_params:
+            shape_name = build_params[0].name.value
+            ctx.plan.spell("jax")
+            ctx.plan.spell("jax.numpy")
+            prelude.append(cst.parse_statement(f"{shape_name} = jax.tree_util.tree_map(jnp.shape, {inputs})\n"))
+        weights = _WeightRewriter(ctx, info)
+        build_body = build.body.visit(weights)
+        if weights.refusal:
+            return Refusal(weights.refusal)
+        call_body = call.body.visit(weights)
+        if weights.refusal:
+            return Refusal(weights.refusal)
+        body = [*prelude, *_strip_doc(build_body.body), *call_body.body]
+        decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
+        return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _strip_doc(stmts):
+    out = list(stmts)
+    if out and m.matches(out[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
+        out.pop(0)
+    return out
+
+
+class _WeightRewriter(cst.CSTTransformer):
+    """``self.w = self.add_weight(...)`` and uses of ``self.w`` inside a compact ``__call__``."""
+
+    def __init__(self, ctx, info: KerasClass):
+        self.ctx = ctx
+        self.info = info
+        self.refusal: str | None = None
+
+    def leave_Assign(self, original, updated):
+        if len(updated.targets) != 1:
+            return updated
+        attr = _self_attr(original.targets[0].target)
+        if attr is None or attr not in self.info.build_assigned:
+            return updated
+        value = updated.value
+        if _is_add_weight(original.value):
+            value = self._add_weight(attr, original.value)
+            if value is None:
+                return updated
+        return updated.with_changes(targets=[cst.AssignTarget(cst.Name(attr))], value=value)
+
+    def _add_weight(self, attr: str, call: cst.Call):
+        args = {}
+        for i, arg in enumerate(call.args):
+            if arg.keyword is None:
+                self.refusal = "positional `add_weight` arguments (Keras 2 and 3 order them differently)"
+                return None
+            args[arg.keyword.value] = arg.value
+        unknown = set(args) - {"shape", "initializer", "dtype", "trainable", "name"}
+        if unknown:
+            self.refusal = f"`add_weight({', '.join(sorted(unknown))}=...)` has no Flax counterpart here"
+            return None
+        name = args.get("name")
+        name_code = code(name) if name is not None else f'"{attr}"'
+        shape = code(args["shape"]) if "shape" in args else "()"
+        dtype = args.get("dtype")
+        if "initializer" in args:
+            init = CONVERTERS["initializer"](args["initializer"], self.ctx)
+        else:
+            init = self.ctx.target_expr("flax.linen.initializers.glorot_uniform()" if dtype is None else "flax.linen.initializers.zeros")
+        if isinstance(init, Refusal) or init is None:
+            self.refusal = f"`add_weight` initializer: {init.reason if init else 'none'}"
+            return None
+        init_code = code(init)
+        dtype_code = ""
+        if dtype is not None:
+            converted = CONVERTERS["dtype"](dtype, self.ctx)
+            if isinstance(converted, Refusal) or converted is None:
+                self.refusal = "`add_weight` dtype cannot be mapped"
+                return None
+            dtype_code = ", " + code(converted)
+        if self.info.weights.get(attr) == "batch_stats":
+            return cst.parse_expression(
+                f'self.variable("batch_stats", {name_code}, lambda: {init_code}(self.make_rng("params"), {shape}{dtype_code}))'
+            )
+        return cst.parse_expression(f"self.param({name_code}, {init_code}, {shape}{dtype_code})")
+
+    def leave_Attribute(self, original, updated):
+        attr = _self_attr(original)
+        if attr is None or attr not in self.info.build_assigned:
+            return updated
+        if self.info.weights.get(attr) == "batch_stats":
+            return cst.Attribute(value=cst.Name(attr), attr=cst.Name("value"))
+        return cst.Name(attr)
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if len(original.body) != 1 or not m.matches(original.body[0], m.Expr(value=m.Call(func=m.Attribute()))):
+            return updated
+        call = original.body[0].value
+        method = call.func.attr.value
+        if method not in ("assign", "assign_add", "assign_sub"):
+            return updated
+        attr = _self_attr(call.func.value)
+        if attr is None or attr not in self.info.weights:
+            return updated
+        if self.info.weights[attr] != "batch_stats":
+            self.refusal = f"`self.{attr}.{method}` on a trainable weight (Flax params are immutable in apply)"
+            return updated
+        new_call = updated.body[0].value
+        if len(new_call.args) != 1:
+            self.refusal = f"`{method}` with extra arguments"
+            return updated
+        value = code(new_call.args[0].value)
+        op = {"assign": "", "assign_add": f"{attr}.value + ", "assign_sub": f"{attr}.value - "}[method]
+        if op and not isinstance(new_call.args[0].value, (cst.Name, cst.Attribute, cst.Call, cst.Integer, cst.Float, cst.Subscript)):
+            value = f"({value})"
+        return cst.parse_statement(
+            f"if not self.is_initializing():\n    {attr}.value = {op}{value}\n"
+        ).with_changes(leading_lines=updated.leading_lines)
+
+
+def _has_param(node: cst.FunctionDef, name: str) -> bool:
+    return any(p.name.value == name for p in node.params.params)
+
+
+RULE = KerasClassRule()

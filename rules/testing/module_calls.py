@@ -1,0 +1,215 @@
+"""Keras-style use of layers and models in tests, made explicit for Flax.
+
+A Keras layer owns its variables and builds them on first call; a Flax module is a
+description, and ``init``/``apply`` take the variables explicitly. In a test,
+``model(x, training=True)`` becomes ``_tern_apply(model, x, training=True)``: a small
+helper written into the test file that initialises on first use, passes fresh ``dropout``
+and ``noise`` keys, applies with every collection mutable and keeps the updates, exactly
+as a Keras layer keeps its moving statistics. ``model.trainable_variables`` and friends
+read the helper's variables.
+
+Which names hold modules is known from the package pre-pass (package layer/model
+classes and model-building functions) and from table layers constructed in the test.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.rule import Rule
+
+RUNTIME = '''
+
+_TERN_VARIABLES = {}
+_TERN_KEYS = [0]
+
+
+def _tern_rngs():
+    """Fresh PRNG keys for every stream the translated modules use."""
+    _TERN_KEYS[0] += 1
+    key = jax.random.key(_TERN_KEYS[0])
+    return {name: jax.random.fold_in(key, i) for i, name in enumerate(("params", "dropout", "noise"))}
+
+
+def _tern_apply(module, *args, method=None, **kwargs):
+    """Call a Flax module as Keras calls a layer: build on first use, keep state updates."""
+    entry = _TERN_VARIABLES.get(id(module))
+    if entry is None:
+        entry = (module, module.init(_tern_rngs(), *args, method=method, **kwargs))
+    out, updates = module.apply(entry[1], *args, method=method, rngs=_tern_rngs(), mutable=True, **kwargs)
+    _TERN_VARIABLES[id(module)] = (module, {**entry[1], **updates})
+    return out
+
+
+def _tern_variables(module, collection=None):
+    """The variables Keras would hold on the layer (all, or one collection)."""
+    variables = _TERN_VARIABLES[id(module)][1]
+    return variables if collection is None else variables.get(collection, {})
+
+
+def _tern_leaves(module, collection=None):
+    return jax.tree_util.tree_leaves(_tern_variables(module, collection))
+'''
+
+LEAVES = {
+    "trainable_variables": "params",
+    "trainable_weights": "params",
+    "non_trainable_variables": "batch_stats",
+    "non_trainable_weights": "batch_stats",
+    "variables": None,
+    "weights": None,
+}
+KERAS_ONLY = {
+    "compile", "fit", "evaluate", "summary", "save", "save_weights", "load_weights", "get_weights",
+    "set_weights", "get_config", "to_json", "build", "get_layer", "train_on_batch", "test_on_batch",
+}
+
+
+def _modules(ctx) -> dict[str, object]:
+    return ctx.rule_state.setdefault("module_names", {})
+
+
+def _module_kind(ctx, value: cst.BaseExpression):
+    """The package class name (or True) if this expression builds a module, else None."""
+    if not isinstance(value, cst.Call):
+        return None
+    func = value.func
+    if isinstance(func, cst.Name):
+        if ctx.package.is_module_class(func.value):
+            return func.value
+        if func.value in ctx.package.factories:
+            return True
+    name = ctx.resolve(func)
+    if name is not None and (name in ctx.tables.layers or name in ("keras.Sequential", "keras.models.Sequential")):
+        return True
+    return None
+
+
+def _key(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        return "self." + node.attr.value
+    return None
+
+
+class _Assignments(cst.CSTVisitor):
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        kind = _module_kind(self.ctx, node.value)
+        if kind is None:
+            return
+        for target in node.targets:
+            key = _key(target.target)
+            if key:
+                _modules(self.ctx)[key] = kind
+
+
+class ModuleCallsRule(Rule):
+    id = "testing:module-calls"
+    scope = "tests"
+    order = 80
+
+    def visit_class(self, ctx, node):
+        node.visit(_Assignments(ctx))
+
+    def visit_function(self, ctx, node):
+        node.visit(_Assignments(ctx))
+
+    def _instance(self, ctx, node: cst.BaseExpression):
+        key = _key(node)
+        if key is not None and key in _modules(ctx):
+            return _modules(ctx)[key]
+        return _module_kind(ctx, node)
+
+    def leave_call(self, ctx, original, updated):
+        kind = self._instance(ctx, original.func)
+        if kind is not None:
+            ctx.rule_state["runtime"] = True
+            return cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(updated.func, comma=_comma()), *updated.args])
+        if isinstance(original.func, cst.Attribute):
+            receiver = original.func.value
+            kind = self._instance(ctx, receiver)
+            if kind is None:
+                return None
+            method = original.func.attr.value
+            ctx.rule_state["runtime"] = True
+            new_receiver = updated.func.value
+            if method == "count_params" and not updated.args:
+                return cst.parse_expression("sum(int(numpy.size(v)) for v in _tern_leaves(__m__))").visit(_Put(new_receiver, ctx))
+            if method == "predict":
+                call = cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(new_receiver, comma=_comma()), *updated.args])
+                return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
+            if method in KERAS_ONLY:
+                ctx.todo(f"keras.Model.{method}", "Keras model API with no flax.linen counterpart (training code is translated separately)")
+                return None
+            args = [cst.Arg(new_receiver, comma=_comma()), *[a.with_changes(comma=_comma()) for a in updated.args]]
+            args.append(cst.Arg(cst.SimpleString(f'"{method}"'), keyword=cst.Name("method"), equal=_eq()))
+            return cst.Call(func=cst.Name("_tern_apply"), args=args)
+        return None
+
+    def leave_attribute(self, ctx, original, updated):
+        kind = self._instance(ctx, original.value)
+        if kind is None:
+            return None
+        attr = original.attr.value
+        if attr in LEAVES:
+            ctx.rule_state["runtime"] = True
+            collection = LEAVES[attr]
+            args = [cst.Arg(updated.value)]
+            if collection:
+                args = [cst.Arg(updated.value, comma=_comma()), cst.Arg(cst.SimpleString(f'"{collection}"'))]
+            return cst.Call(func=cst.Name("_tern_leaves"), args=args)
+        if isinstance(kind, str):
+            info = ctx.package.classes.get(kind)
+            weight = info.weights.get(attr) if info else None
+            if weight is not None:
+                ctx.rule_state["runtime"] = True
+                return cst.parse_expression(f'_tern_variables(__m__)["{weight.collection}"]["{weight.name}"]').visit(_Put(updated.value, ctx))
+        return None
+
+    def leave_module(self, ctx, updated):
+        if not ctx.rule_state.get("runtime"):
+            return None
+        ctx.plan.spell("jax")
+        ctx.plan.spell("numpy")
+        runtime = cst.parse_module(RUNTIME).body
+        body = list(updated.body)
+        at = 0
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) or m.matches(s, m.Expr(value=m.SimpleString())) for s in stmt.body
+            ):
+                at = i + 1
+            else:
+                break
+        body[at:at] = runtime
+        return updated.with_changes(body=body)
+
+
+class _Put(cst.CSTTransformer):
+    def __init__(self, value, ctx):
+        self.value = value
+        self.ctx = ctx
+
+    def leave_Name(self, original, updated):
+        return self.value if updated.value == "__m__" else updated
+
+    def leave_Attribute(self, original, updated):
+        if m.matches(updated, m.Attribute(value=m.Name("numpy"))):
+            return self.ctx.target_name("numpy." + updated.attr.value)
+        return updated
+
+
+def _comma():
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def _eq():
+    return cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+
+
+RULE = ModuleCallsRule()

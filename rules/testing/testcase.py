@@ -1,0 +1,62 @@
+"""``tf.test.TestCase`` to ``unittest.TestCase`` (pytest runs both), ``tf.test.main()`` to
+``unittest.main()``, and ``tf.random.set_seed`` dropped from tests: JAX randomness in
+translated tests uses explicit, fixed keys, so seeding has nothing left to do.
+
+Keeps a per-file count of open TF test classes so the assertion rule knows when
+``self.assertAllClose`` is TF's.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.rule import Rule
+
+TESTCASE = "tensorflow.test.TestCase"
+MAIN = "tensorflow.test.main"
+SET_SEED = {"tensorflow.random.set_seed", "keras.utils.set_random_seed", "tensorflow.keras.utils.set_random_seed"}
+
+
+class TestCaseRule(Rule):
+    id = "testing:testcase"
+    consumes = frozenset({TESTCASE, MAIN, *SET_SEED})
+    scope = "tests"
+    order = 5
+
+    def visit_class(self, ctx, node):
+        stack = ctx.rule_state.setdefault("tf_testcase_stack", [])
+        is_tf = any(ctx.resolve(b.value) == TESTCASE for b in node.bases)
+        stack.append(is_tf)
+        ctx.rule_state["tf_testcase_depth"] = sum(stack)
+
+    def leave_class(self, ctx, original, updated):
+        stack = ctx.rule_state["tf_testcase_stack"]
+        is_tf = stack.pop()
+        ctx.rule_state["tf_testcase_depth"] = sum(stack)
+        if not is_tf:
+            return None
+        bases = []
+        others = [b for b in original.bases if ctx.resolve(b.value) != TESTCASE]
+        for orig, new in zip(original.bases, updated.bases):
+            if ctx.resolve(orig.value) == TESTCASE:
+                if others:
+                    continue  # e.g. parameterized.TestCase already is a unittest.TestCase
+                new = new.with_changes(value=ctx.target_name("unittest.TestCase"))
+            bases.append(new)
+        bases = [b.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(bases) - 1 else b for i, b in enumerate(bases)]
+        return updated.with_changes(bases=bases)
+
+    def leave_call(self, ctx, original, updated):
+        if ctx.resolve(original.func) == MAIN:
+            return cst.Call(func=ctx.target_name("unittest.main"), args=updated.args)
+        return None
+
+    def leave_statement(self, ctx, original, updated):
+        if m.matches(original, m.SimpleStatementLine(body=[m.Expr(value=m.Call())])):
+            if ctx.resolve(original.body[0].value.func) in SET_SEED:
+                return cst.RemoveFromParent()
+        return None
+
+
+RULE = TestCaseRule()

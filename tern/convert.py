@@ -1,0 +1,116 @@
+"""Value converters named by ``convert`` in the tables: one argument's code in, code out.
+
+A converter returns the new expression, ``None`` to drop the argument (e.g. a linear
+activation), or a ``Refusal`` when it cannot be sure: the call is then left as written.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import libcst as cst
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+
+
+class ConvertContext(Protocol):
+    def resolve(self, node: cst.BaseExpression) -> str | None: ...
+    def value_target(self, kind: str, source: str) -> str | None: ...
+    def target_expr(self, code: str) -> cst.BaseExpression: ...
+
+
+Result = cst.BaseExpression | None | Refusal
+
+
+def _literal(node: cst.BaseExpression):
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.Tuple, cst.List, cst.UnaryOperation)):
+        try:
+            return ast.literal_eval(cst.Module([]).code_for_node(node))
+        except (ValueError, SyntaxError):
+            return _NOT_LITERAL
+    return _NOT_LITERAL
+
+
+_NOT_LITERAL = object()
+
+
+def _code(node: cst.BaseExpression) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
+    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+        value = _literal(node)
+        if value is None:
+            return ctx.target_expr("None") if kind != "activation" else None
+        if isinstance(value, str):
+            target = ctx.value_target(kind, value)
+            if target is None:
+                return Refusal(f"no {kind} mapping for {value!r}")
+            return None if target == "None" else ctx.target_expr(target)
+        key = node
+        if isinstance(node, cst.Call) and not node.args:
+            key = node.func  # keras.initializers.HeNormal()
+        source = ctx.resolve(key)
+        if source is not None:
+            target = ctx.value_target(kind, source)
+            if target is None:
+                return Refusal(f"no {kind} mapping for {source}")
+            return None if target == "None" else ctx.target_expr(target)
+        if kind == "dtype" and isinstance(node, (cst.Name, cst.Attribute)):
+            return node  # already a target-side dtype or a user variable holding one
+        return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
+
+    return convert
+
+
+def padding(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+    value = _literal(node)
+    if isinstance(value, str) and value.lower() in ("same", "valid"):
+        return cst.SimpleString(f'"{value.upper()}"')
+    if isinstance(value, str) and value.lower() == "causal":
+        return Refusal("causal padding has no flax.linen string form (use explicit pads)")
+    return Refusal(f"padding `{_code(node)}` is not a literal 'same'/'valid'")
+
+
+def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
+    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+        value = _literal(node)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cst.parse_expression("(" + ", ".join([str(value)] * n) + ("," if n == 1 else "") + ")")
+        if isinstance(value, (tuple, list)) and len(value) == n:
+            return cst.parse_expression("(" + ", ".join(repr(v) for v in value) + ("," if n == 1 else "") + ")")
+        if value is _NOT_LITERAL:
+            code = _code(node)
+            return cst.parse_expression(
+                f"(tuple({code}) if isinstance({code}, (tuple, list)) else ({code},) * {n})"
+            )
+        return Refusal(f"`{_code(node)}` is not an int or a {n}-tuple")
+
+    return convert
+
+
+def negate(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+    value = _literal(node)
+    if isinstance(value, bool):
+        return cst.Name(str(not value))
+    if value is None:
+        return cst.Name("True")  # training=None means inference outside fit()
+    return cst.UnaryOperation(operator=cst.Not(), expression=node)
+
+
+CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = {
+    "activation": _by_table("activation"),
+    "initializer": _by_table("initializer"),
+    "dtype": _by_table("dtype"),
+    "padding": padding,
+    "tuple1": _tuple_of(1),
+    "tuple2": _tuple_of(2),
+    "tuple3": _tuple_of(3),
+    "negate": negate,
+}

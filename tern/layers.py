@@ -1,0 +1,121 @@
+"""Keras layer constructors and calls to ``flax.linen``, driven by ``[[layer]]`` records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tern.convert import Refusal
+from tern.records import DROP, LayerRecord
+from tern.render import LAYER_BOOKKEEPING, Bound, bind, build_call, expand_template, map_arguments
+
+
+@dataclass(frozen=True)
+class Stateless:
+    """A parameter-free layer: its ``apply`` template and mapped constructor values."""
+
+    record: LayerRecord
+    values: dict[str, cst.BaseExpression]
+
+
+def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | Stateless | Refusal:
+    """The Flax form of ``keras.layers.X(...)``: a module expression, or a Stateless."""
+    bound = bind(call, record.signature.params, extra_ok=LAYER_BOOKKEEPING | {"trainable", "dtype"})
+    if isinstance(bound, Refusal):
+        return bound
+    for name in ("trainable", "dtype"):
+        if name in bound.args and name not in record.signature.params:
+            return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here")
+    activation = None
+    if record.activation and record.activation in bound.args:
+        act_bound = Bound({record.activation: bound.args[record.activation]}, ())
+        mapped_act = map_arguments(record.signature, act_bound, ctx)
+        if isinstance(mapped_act, Refusal):
+            return mapped_act
+        activation = mapped_act.get(record.activation)
+        bound = Bound({k: v for k, v in bound.args.items() if k != record.activation}, bound.positional)
+    mapped = map_arguments(record.signature, bound, ctx, bookkeeping=LAYER_BOOKKEEPING)
+    if isinstance(mapped, Refusal):
+        return mapped
+    if record.apply is not None:
+        values = {k: v for k, v in mapped.items()}
+        return Stateless(record, values)
+    module = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+    if activation is None:
+        return module
+    return cst.Call(
+        func=ctx.target_name("flax.linen.Sequential"),
+        args=[cst.Arg(cst.List([cst.Element(module, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Element(activation)]))],
+    )
+
+
+def apply_stateless(ctx, layer: Stateless, inputs: cst.BaseExpression) -> cst.BaseExpression | Refusal:
+    values = dict(layer.values)
+    values["inputs"] = inputs
+    return expand_template(layer.record.apply, values, ctx, layer.record.signature.defaults)
+
+
+def stateless_lambda(ctx, layer: Stateless) -> cst.BaseExpression | Refusal:
+    body = apply_stateless(ctx, layer, cst.Name("inputs"))
+    if isinstance(body, Refusal):
+        return body
+    return cst.Lambda(
+        params=cst.Parameters(params=[cst.Param(cst.Name("inputs"))]),
+        body=body,
+    )
+
+
+def call_arguments(
+    ctx, record: LayerRecord, call: cst.Call, training: str | None
+) -> list[cst.Arg] | Refusal:
+    """Map a layer call's arguments (``training``, ``mask``...) to the Flax call."""
+    params = record.call_params
+    bound = bind(call, params)
+    if isinstance(bound, Refusal):
+        return bound
+    args: list[cst.Arg] = []
+    for i, name in enumerate(params):
+        if name not in bound.args:
+            continue
+        value = bound.args[name]
+        template = record.call.get(name)
+        if template is None:
+            if name in bound.positional and all(p in bound.positional for p in params[:i]):
+                args.append(cst.Arg(value))
+            else:
+                args.append(cst.Arg(value, keyword=cst.Name(name)))
+            continue
+        if template == DROP:
+            continue
+        rendered = _call_kwarg(ctx, template, {name: value})
+        if isinstance(rendered, Refusal):
+            return rendered
+        args.append(rendered)
+    if "training" not in bound.args and record.call.get("training", DROP) != DROP:
+        flag = cst.Name(training) if training else cst.Name("False")
+        rendered = _call_kwarg(ctx, record.call["training"], {"training": flag})
+        if isinstance(rendered, Refusal):
+            return rendered
+        args.append(rendered)
+    return args
+
+
+def _call_kwarg(ctx, template: str, values: dict[str, cst.BaseExpression]) -> cst.Arg | Refusal:
+    keyword, _, expr = template.partition("=")
+    if not expr:
+        return Refusal(f"call mapping `{template}` is not `keyword=template`")
+    value = expand_template(expr.strip(), values, ctx)
+    if isinstance(value, Refusal):
+        return value
+    value = _simplify_not(value)
+    return cst.Arg(value, keyword=cst.Name(keyword.strip()))
+
+
+def _simplify_not(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``not True`` -> ``False``; ``not None`` (Keras' unset training) -> ``True``."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        inner = node.expression
+        if isinstance(inner, cst.Name) and inner.value in ("True", "False", "None"):
+            return cst.Name("False" if inner.value == "True" else "True")
+    return node

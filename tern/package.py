@@ -1,0 +1,118 @@
+"""Package pre-pass: which classes are Keras layers/models, which functions build models.
+
+Uses Python's ``ast`` (much faster than LibCST) over every file once, so that each file's
+translation knows about classes defined elsewhere in the package (a test importing
+``from mypkg.model import MyModel`` must know ``MyModel`` becomes a Flax module).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERAS_BASES = {"Layer", "Model"}
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    attr: str
+    name: str
+    collection: str
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    module: str
+    bases: tuple[str, ...]
+    weights: dict[str, WeightInfo] = field(default_factory=dict)
+
+
+@dataclass
+class PackageInfo:
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    factories: set[str] = field(default_factory=set)
+
+    def is_module_class(self, name: str) -> bool:
+        return name in self.classes
+
+
+def _base_tail(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _weights(cls: ast.ClassDef) -> dict[str, WeightInfo]:
+    out: dict[str, WeightInfo] = {}
+    for node in ast.walk(cls):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+            and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "add_weight"
+        ):
+            continue
+        name = target.attr
+        trainable = True
+        for kw in value.keywords:
+            if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                name = str(kw.value.value)
+            if kw.arg == "trainable" and isinstance(kw.value, ast.Constant):
+                trainable = bool(kw.value.value)
+        out[target.attr] = WeightInfo(target.attr, name, "params" if trainable else "batch_stats")
+    return out
+
+
+def _returns_model(fn: ast.FunctionDef) -> bool:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and _base_tail(node.func) in ("Model", "Sequential"):
+            return True
+    return False
+
+
+def scan_source(source: str, module: str, info: PackageInfo) -> None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases = tuple(_base_tail(b) for b in node.bases)
+            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))
+        elif isinstance(node, ast.FunctionDef) and _returns_model(node):
+            info.factories.add(node.name)
+
+
+def close_over_bases(info: PackageInfo) -> PackageInfo:
+    """Keep only classes that are Keras layers/models, directly or through package bases."""
+    keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
+    changed = True
+    while changed:
+        changed = False
+        for name, cls in info.classes.items():
+            if name not in keras and set(cls.bases) & keras:
+                keras.add(name)
+                changed = True
+    info.classes = {n: c for n, c in info.classes.items() if n in keras}
+    return info
+
+
+def scan_package(root: Path, files: list[Path]) -> PackageInfo:
+    info = PackageInfo()
+    for path in files:
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        scan_source(source, module, info)
+    return close_over_bases(info)

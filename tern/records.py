@@ -1,0 +1,228 @@
+"""Rule data: one record per API, per Keras layer, per value mapping.
+
+The tables live in ``rules/`` (the ``tern_rules`` package) as TOML so that adding an
+API or a layer is one record, never engine code. Records are loaded once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DROP = "-"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How a source call's arguments become the target's.
+
+    ``params`` is the source signature in positional order. ``rename`` maps a source
+    parameter to a target keyword (``"-"`` drops it: only for arguments with no effect,
+    such as ``name``). ``unsupported`` parameters, when passed, leave the call as written
+    with a TODO carrying the reason. ``defaults`` are target keywords written out when the
+    source default differs from the target's. ``convert`` names a value converter.
+    """
+
+    params: tuple[str, ...] = ()
+    positional: int = 1
+    rename: dict[str, str] = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, str] = field(default_factory=dict)
+    convert: dict[str, str] = field(default_factory=dict)
+    star_args: bool = False
+
+
+@dataclass(frozen=True)
+class ApiRecord:
+    """A ``tf.*`` / ``keras.ops.*`` symbol and its JAX counterpart.
+
+    Either ``target`` (a call with mapped arguments, or a plain name when ``params`` is
+    empty) or ``template`` (an expression with ``{param}`` placeholders; ``[[...]]`` spans
+    vanish when a placeholder inside is absent; ``{key}`` asks the context for a PRNG key).
+    """
+
+    source: str
+    aliases: tuple[str, ...]
+    signature: Signature
+    target: str | None = None
+    template: str | None = None
+    note: str = ""
+    origin: str = ""
+
+    @property
+    def is_name(self) -> bool:
+        return self.template is None and not self.signature.params
+
+    @property
+    def rule_id(self) -> str:
+        return f"api:{self.source}"
+
+
+@dataclass(frozen=True)
+class WeightMapEntry:
+    """One Keras variable and where it lands in the Flax variable tree.
+
+    ``flax`` is a ``/``-joined path whose first element is the collection
+    (``params`` or ``batch_stats``). ``transform`` names a function in
+    ``tern.weights`` with its arguments, e.g. ``"reshape_depthwise"``.
+    """
+
+    keras: str
+    flax: str
+    transform: str = ""
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """A Keras layer and its ``flax.linen`` form.
+
+    A layer with parameters has a ``target`` module class. A stateless layer has an
+    ``apply`` template over its call inputs (``{inputs}``) and constructor parameters.
+    ``call`` maps Keras call keywords to Flax ones as templates (``"-"`` drops them);
+    ``training`` there is also injected when the caller did not pass it, because Keras
+    propagates the outer call's training flag and Flax needs it explicitly.
+    """
+
+    source: str
+    aliases: tuple[str, ...]
+    signature: Signature
+    target: str | None = None
+    apply: str | None = None
+    call_params: tuple[str, ...] = ("inputs",)
+    call: dict[str, str] = field(default_factory=dict)
+    activation: str | None = None
+    weights: tuple[WeightMapEntry, ...] = ()
+    note: str = ""
+    origin: str = ""
+
+    @property
+    def rule_id(self) -> str:
+        return f"layer:{self.source}"
+
+    @property
+    def collections(self) -> tuple[str, ...]:
+        return tuple(sorted({w.flax.split("/")[0] for w in self.weights}))
+
+
+@dataclass(frozen=True)
+class ValueRecord:
+    """A string or symbol value (activation, initializer, padding) and its target text."""
+
+    kind: str
+    source: str
+    target: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TargetModule:
+    name: str
+    alias: str
+
+
+@dataclass(frozen=True)
+class Tables:
+    api: dict[str, ApiRecord]
+    layers: dict[str, LayerRecord]
+    values: dict[tuple[str, str], ValueRecord]
+    modules: tuple[TargetModule, ...]
+    canonical: tuple[tuple[str, str], ...]
+
+    def value(self, kind: str, source: str) -> ValueRecord | None:
+        return self.values.get((kind, source))
+
+
+def _signature(raw: dict[str, Any]) -> Signature:
+    return Signature(
+        params=tuple(raw.get("params", ())),
+        positional=int(raw.get("positional", 1)),
+        rename=dict(raw.get("rename", {})),
+        unsupported=dict(raw.get("unsupported", {})),
+        defaults={k: str(v) for k, v in raw.get("defaults", {}).items()},
+        convert=dict(raw.get("convert", {})),
+        star_args=bool(raw.get("star_args", False)),
+    )
+
+
+def _api(raw: dict[str, Any], origin: str) -> ApiRecord:
+    return ApiRecord(
+        source=raw["source"],
+        aliases=tuple(raw.get("aliases", ())),
+        signature=_signature(raw),
+        target=raw.get("target"),
+        template=raw.get("template"),
+        note=raw.get("note", ""),
+        origin=origin,
+    )
+
+
+def _layer(raw: dict[str, Any], origin: str) -> LayerRecord:
+    return LayerRecord(
+        source=raw["source"],
+        aliases=tuple(raw.get("aliases", ())),
+        signature=_signature(raw),
+        target=raw.get("target"),
+        apply=raw.get("apply"),
+        call_params=tuple(raw.get("call_params", ("inputs",))),
+        call=dict(raw.get("call", {})),
+        activation=raw.get("activation"),
+        weights=tuple(WeightMapEntry(**w) for w in raw.get("weights", ())),
+        note=raw.get("note", ""),
+        origin=origin,
+    )
+
+
+def rules_root() -> Path:
+    return Path(str(resources.files("tern_rules")))
+
+
+def _index(records, what: str) -> dict:
+    index: dict[str, Any] = {}
+    for record in records:
+        for name in (record.source, *record.aliases):
+            if name in index:
+                raise ValueError(
+                    f"{what} {name!r} is defined twice: {index[name].origin} and {record.origin}"
+                )
+            index[name] = record
+    return index
+
+
+def load_tables(root: Path | None = None) -> Tables:
+    """Read every table under ``root`` (default: the installed ``rules/``)."""
+    root = root or rules_root()
+    api, layers, values = [], [], {}
+    for path in sorted(root.rglob("*.toml")):
+        rel = path.relative_to(root).as_posix()
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        for i, raw in enumerate(data.get("api", ())):
+            api.append(_api(raw, f"{rel}#{i}"))
+        for i, raw in enumerate(data.get("layer", ())):
+            layers.append(_layer(raw, f"{rel}#{i}"))
+        for raw in data.get("value", ()):
+            record = ValueRecord(**raw)
+            values[(record.kind, record.source)] = record
+    targets = tomllib.loads((root / "targets.toml").read_text(encoding="utf-8"))
+    modules = tuple(TargetModule(**m) for m in targets["module"])
+    canonical = tuple(
+        sorted(
+            ((c["prefix"], c["canonical"]) for c in targets["canonical"]),
+            key=lambda pc: -len(pc[0]),
+        )
+    )
+    return Tables(
+        api=_index(api, "API"),
+        layers=_index(layers, "layer"),
+        values=values,
+        modules=tuple(sorted(modules, key=lambda m: -len(m.name))),
+        canonical=canonical,
+    )
+
+
+@functools.cache
+def tables() -> Tables:
+    return load_tables()

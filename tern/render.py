@@ -1,0 +1,197 @@
+"""Apply a table record to a call: bind arguments, map them, build the target expression."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tern.convert import CONVERTERS, ConvertContext, Refusal
+from tern.records import DROP, Signature
+
+# Keyword arguments every Keras layer accepts that only matter to Keras' own bookkeeping.
+LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size"}
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A call's arguments by source parameter name (positional ones remembered)."""
+
+    args: dict[str, cst.BaseExpression]
+    positional: tuple[str, ...]
+
+
+def bind(call: cst.Call, params: tuple[str, ...], extra_ok: set[str] = frozenset()) -> Bound | Refusal:
+    args: dict[str, cst.BaseExpression] = {}
+    positional: list[str] = []
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return Refusal(f"`{arg.star}` arguments cannot be mapped statically")
+        if arg.keyword is None:
+            if i >= len(params):
+                return Refusal(f"more positional arguments than the known signature ({len(params)})")
+            args[params[i]] = arg.value
+            positional.append(params[i])
+        else:
+            name = arg.keyword.value
+            if name not in params and name not in extra_ok:
+                return Refusal(f"unknown argument `{name}`")
+            args[name] = arg.value
+    return Bound(args, tuple(positional))
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _wrap(node: cst.BaseExpression) -> cst.BaseExpression:
+    atomic = (
+        cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float,
+        cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List, cst.Dict, cst.Set,
+        cst.FormattedString, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp,
+    )
+    if isinstance(node, atomic) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def map_arguments(
+    sig: Signature, bound: Bound, ctx: ConvertContext, *, bookkeeping: set[str] = frozenset()
+) -> dict[str, cst.BaseExpression] | Refusal:
+    """Source args -> converted values keyed by *source* param (dropped ones removed)."""
+    out: dict[str, cst.BaseExpression] = {}
+    for name, value in bound.args.items():
+        if name in bookkeeping and name not in sig.params:
+            continue
+        if name in sig.unsupported and not _is_none(value):
+            return Refusal(f"`{name}` is not supported: {sig.unsupported[name]}")
+        if sig.rename.get(name) == DROP:
+            continue
+        converter = sig.convert.get(name)
+        if converter is not None:
+            converted = CONVERTERS[converter](value, ctx)
+            if isinstance(converted, Refusal):
+                return Refusal(f"`{name}`: {converted.reason}")
+            if converted is None:
+                continue
+            value = converted
+        out[name] = value
+    return out
+
+
+def build_call(
+    target: cst.BaseExpression, sig: Signature, bound: Bound, mapped: dict[str, cst.BaseExpression],
+    ctx: ConvertContext,
+) -> cst.Call:
+    """A target call: leading params positional (as the source had them), the rest keywords."""
+    args: list[cst.Arg] = []
+    lead = list(sig.params[: sig.positional])
+    positional_ok = True
+    for name in lead:
+        if name in mapped and name in bound.positional and positional_ok:
+            args.append(cst.Arg(mapped[name]))
+        else:
+            positional_ok = False
+    given_targets = set()
+    for name in sig.params + tuple(k for k in mapped if k not in sig.params):
+        if name not in mapped:
+            continue
+        if any(a.value is mapped[name] for a in args):
+            continue
+        keyword = sig.rename.get(name, name)
+        given_targets.add(keyword)
+        args.append(cst.Arg(mapped[name], keyword=cst.Name(keyword)))
+    for keyword, value in sig.defaults.items():
+        if keyword in given_targets or _target_bound_positionally(sig, keyword, mapped):
+            continue
+        args.append(cst.Arg(ctx.target_expr(value), keyword=cst.Name(keyword)))
+    return cst.Call(func=target, args=_commas(args))
+
+
+def _target_bound_positionally(sig: Signature, keyword: str, mapped) -> bool:
+    for name in sig.params[: sig.positional]:
+        if sig.rename.get(name, name) == keyword and name in mapped:
+            return True
+    return False
+
+
+def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    out = []
+    for i, arg in enumerate(args):
+        if i < len(args) - 1:
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        else:
+            arg = arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        if arg.keyword is not None:
+            arg = arg.with_changes(
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                )
+            )
+        out.append(arg)
+    return out
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, values: dict[str, cst.BaseExpression]):
+        self.values = values
+
+    def leave_Arg(self, original, updated):
+        if isinstance(updated.value, cst.Name) and updated.value.value in self.values:
+            return updated.with_changes(value=self.values[updated.value.value])
+        return updated
+
+    def leave_Element(self, original, updated):
+        if isinstance(updated.value, cst.Name) and updated.value.value in self.values:
+            return updated.with_changes(value=self.values[updated.value.value])
+        return updated
+
+    def leave_Name(self, original, updated):
+        if updated.value in self.values:
+            return _wrap(self.values[updated.value])
+        return updated
+
+
+def expand_template(
+    template: str, values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None
+) -> cst.BaseExpression | Refusal:
+    """Fill ``{param}`` placeholders with argument code; ``[[...]]`` spans need all theirs.
+
+    Target names in the template are respelled (``jax.numpy`` -> ``jnp``) before the
+    user's argument code goes in, so user code is never rewritten by accident.
+    """
+    defaults = defaults or {}
+    values = dict(values)
+    for name, default in defaults.items():
+        if name not in values:
+            filled = expand_template(default, values, ctx) if "{" in default else ctx.target_expr(default)
+            if isinstance(filled, Refusal):
+                return filled
+            values[name] = filled
+
+    def span(match: re.Match) -> str:
+        inner = match.group(1)
+        needed = _PLACEHOLDER.findall(inner)
+        return inner if all(n in values or n == "key" for n in needed) else ""
+
+    text = _SPAN.sub(span, template)
+    missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
+    if missing:
+        return Refusal(f"required argument `{missing[0]}` not given")
+    if "{key}" in text:
+        key = ctx.rng_key()
+        if isinstance(key, Refusal):
+            return key
+        values["key"] = key
+    placeholders = {n: f"__tern_{n}__" for n in _PLACEHOLDER.findall(text)}
+    skeleton_text = _PLACEHOLDER.sub(lambda m: placeholders[m.group(1)], text)
+    skeleton = ctx.target_expr(skeleton_text)
+    return skeleton.visit(_Substitute({placeholders[n]: values[n] for n in placeholders}))

@@ -1,0 +1,130 @@
+"""Result values: what each rule did, what is left, per file and per run.
+
+Workers return these (picklable, JSON-ready); nothing here raises for an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+TODO_MARK = "TODO(tern)"
+
+
+@dataclass(frozen=True)
+class Edit:
+    rule: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Todo:
+    construct: str
+    reason: str
+    line: int = 0
+
+    def comment(self) -> str:
+        return f"# {TODO_MARK}: {self.construct}: {self.reason}"
+
+
+Status = Literal["translated", "residue", "unchanged", "copied", "error"]
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: Status
+    edits: list[Edit] = field(default_factory=list)
+    todos: list[Todo] = field(default_factory=list)
+    error: str = ""
+    error_line: int = 0
+    diff: str = ""
+
+    @property
+    def rules_used(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for edit in self.edits:
+            counts[edit.rule] = counts.get(edit.rule, 0) + 1
+        return counts
+
+
+@dataclass
+class RunReport:
+    source: str
+    out: str
+    files: list[FileResult] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.status == "error" for f in self.files):
+            return 2
+        if any(f.todos for f in self.files):
+            return 1
+        return 0
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "files": len(self.files),
+            "translated": sum(f.status == "translated" for f in self.files),
+            "residue": sum(f.status == "residue" for f in self.files),
+            "unchanged": sum(f.status == "unchanged" for f in self.files),
+            "copied": sum(f.status == "copied" for f in self.files),
+            "errors": sum(f.status == "error" for f in self.files),
+            "edits": sum(len(f.edits) for f in self.files),
+            "todos": sum(len(f.todos) for f in self.files),
+        }
+
+    def to_json(self) -> str:
+        data = {
+            "source": self.source,
+            "out": self.out,
+            "exit_code": self.exit_code,
+            "totals": self.totals(),
+            "files": [
+                {k: v for k, v in asdict(f).items() if k != "diff"} for f in self.files
+            ],
+        }
+        return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+    def to_markdown(self) -> str:
+        t = self.totals()
+        lines = [
+            f"# Tern migration report: `{self.source}`",
+            "",
+            f"{t['files']} files: {t['translated']} translated, {t['residue']} with residue, "
+            f"{t['unchanged']} unchanged, {t['copied']} copied, {t['errors']} errors; "
+            f"{t['edits']} edits, {t['todos']} TODOs.",
+            "",
+            "## Files",
+            "",
+            "| file | status | edits | TODOs |",
+            "| --- | --- | ---: | ---: |",
+        ]
+        for f in self.files:
+            lines.append(f"| `{f.path}` | {f.status} | {len(f.edits)} | {len(f.todos)} |")
+        todos = [(f, t) for f in self.files for t in f.todos]
+        if todos:
+            lines += ["", "## What still needs a human or the LLM fallback", ""]
+            lines += ["| where | construct | reason |", "| --- | --- | --- |"]
+            for f, todo in todos:
+                lines.append(f"| `{f.path}:{todo.line}` | `{todo.construct}` | {todo.reason} |")
+        errors = [f for f in self.files if f.status == "error"]
+        if errors:
+            lines += ["", "## Errors", ""]
+            for f in errors:
+                lines.append(f"- `{f.path}:{f.error_line}`: {f.error}")
+        rules: dict[str, int] = {}
+        for f in self.files:
+            for rule, n in f.rules_used.items():
+                rules[rule] = rules.get(rule, 0) + n
+        if rules:
+            lines += ["", "## Edits by rule", "", "| rule | edits |", "| --- | ---: |"]
+            for rule, n in sorted(rules.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"| `{rule}` | {n} |")
+        lines += ["", "## Edits", ""]
+        for f in self.files:
+            for edit in f.edits:
+                lines.append(f"- `{f.path}` `{edit.rule}`: `{edit.before}` → `{edit.after}`")
+        return "\n".join(lines) + "\n"

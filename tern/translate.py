@@ -1,0 +1,437 @@
+"""The single-pass rewrite of one file: tables applied inline, programmatic rules at hooks.
+
+One LibCST transformer walks the file once. Calls and names that resolve to table
+records are rewritten where they stand; classes, functions and statements are offered to
+the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`` there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from tern.context import FileContext, FunctionFrame, LayerRef
+from tern.convert import Refusal
+from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
+from tern.names import Canonicalizer, Scopes, dotted_name, function_scope, import_bindings
+from tern.package import PackageInfo
+from tern.records import ApiRecord, Tables, tables as default_tables
+from tern.render import bind, build_call, code, expand_template, map_arguments
+from tern.report import TODO_MARK, Edit, Todo
+from tern.rule import consumed_names, discover
+from tern.targets import ImportPlan, finalize_imports
+
+
+@dataclass
+class Translation:
+    code: str
+    edits: list[Edit] = field(default_factory=list)
+    todos: list[Todo] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.edits)
+
+
+def is_test_path(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+
+
+_STATEMENTS = (
+    cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.With, cst.Try,
+    cst.FunctionDef, cst.ClassDef,
+)
+
+
+class _SourceRefs(cst.CSTVisitor):
+    """Canonical TF/Keras names still referenced in a statement (header only for blocks)."""
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self.found: list[str] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        name = self.ctx.resolve(node)
+        if name is not None:
+            self.found.append(name)
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        name = self.ctx.resolve(node)
+        if name is not None:
+            self.found.append(name)
+
+    def visit_IndentedBlock(self, node) -> bool:
+        return False
+
+    def visit_Import(self, node) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node) -> bool:
+        return False
+
+
+class Translator(cst.CSTTransformer):
+    def __init__(self, ctx: FileContext):
+        super().__init__()
+        self.ctx = ctx
+        self.rules = [r for r in discover() if r.applies(ctx.is_test)]
+        self.consumed = consumed_names()
+        self._callees: set[int] = set()
+        self._touched_source = [False]
+        self._pending_at: list[int] = []
+
+    # -- scopes ----------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        imports: dict[str, str] = {}
+        for stmt in node.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Import, cst.ImportFrom)):
+                        imports.update(import_bindings(small))
+        self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.ctx.classes.append(None)
+        for rule in self.rules:
+            rule.visit_class(self.ctx, node)
+        self._touched_source.append(False)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        bound, imports = function_scope(node)
+        self.ctx.scopes.push(bound, imports)
+        self.ctx.frames.append(FunctionFrame(node.name.value))
+        for rule in self.rules:
+            rule.visit_function(self.ctx, node)
+        self._touched_source.append(False)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        bound, imports = function_scope(node)
+        self.ctx.scopes.push(bound, imports)
+
+    def leave_Lambda(self, original, updated):
+        self.ctx.scopes.pop()
+        return updated
+
+    def visit_SimpleStatementLine(self, node) -> None:
+        self._touched_source.append(False)
+        self._pending_at.append(len(self.ctx.pending))
+
+    def _enter_block(self, node) -> None:
+        self._touched_source.append(False)
+
+    visit_If = visit_For = visit_While = visit_With = visit_Try = _enter_block
+
+    # -- calls -------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        self._callees.add(id(node.func))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        ctx = self.ctx
+        name = ctx.resolve(original.func)
+        if name is not None:
+            self._touched_source[-1] = True
+            record = ctx.tables.api.get(name)
+            if record is not None:
+                return self._apply_api(record, original, updated)
+            layer = ctx.tables.layers.get(name)
+            if layer is not None:
+                built = construct(ctx, layer, updated)
+                if isinstance(built, Refusal):
+                    ctx.todo(_short_name(name), built.reason)
+                    return updated
+                if isinstance(built, Stateless):
+                    ctx.stateless[id(original)] = built
+                    lam = stateless_lambda(ctx, built)
+                    if isinstance(lam, Refusal):
+                        ctx.todo(_short_name(name), lam.reason)
+                        return updated
+                    ctx.edit(layer.rule_id, original, lam)
+                    return lam
+                ctx.edit(layer.rule_id, original, built)
+                return built
+        layer_call = self._layer_call(original, updated)
+        if layer_call is not None:
+            updated = layer_call
+        for rule in self.rules:
+            out = rule.leave_call(ctx, original, updated)
+            if out is not None:
+                ctx.edit(rule.id, original, out)
+                return out
+        return updated
+
+    def _layer_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``layer(x, training=...)`` for a layer the context knows: inline or via self.attr."""
+        ctx = self.ctx
+        inner = original.func
+        stateless = ctx.stateless.get(id(inner)) if isinstance(inner, cst.Call) else None
+        if stateless is not None:
+            if not updated.args or updated.args[0].keyword is not None:
+                return None
+            out = apply_stateless(ctx, stateless, updated.args[0].value)
+            if isinstance(out, Refusal):
+                ctx.todo(_short_name(stateless.record.source), out.reason)
+                return None
+            ctx.edit(stateless.record.rule_id, original, out)
+            return out
+        record = None
+        if isinstance(inner, cst.Call):
+            layer_name = ctx.resolve(inner.func)
+            record = ctx.tables.layers.get(layer_name) if layer_name else None
+        ref = self._known_layer(original.func)
+        if ref is not None and ref.record is not None:
+            record = ref.record
+        if record is None or record.apply is not None:
+            return None
+        frame = ctx.frame
+        training = frame.training if frame is not None else None
+        args = call_arguments(ctx, record, updated, training)
+        if isinstance(args, Refusal):
+            ctx.todo(_short_name(record.source) + " call", args.reason)
+            return None
+        from tern.render import _commas
+
+        out = updated.with_changes(args=_commas(args))
+        if code(out) != code(updated):
+            ctx.edit(record.rule_id + ":call", original, out)
+        return out
+
+    def _known_layer(self, func: cst.BaseExpression) -> LayerRef | None:
+        ctx = self.ctx
+        if isinstance(func, cst.Name) and ctx.frame is not None:
+            return ctx.frame.layers.get(func.value)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+            and ctx.keras_class is not None
+        ):
+            return ctx.keras_class.sublayers.get(func.attr.value)
+        return None
+
+    def _apply_api(self, record: ApiRecord, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        ctx = self.ctx
+        short = _short_name(record.source)
+        if record.is_name:
+            return updated  # a name record on a callee: handled by leave_Attribute? no: names are not called
+        bound = bind(updated, record.signature.params)
+        if isinstance(bound, Refusal):
+            ctx.todo(short, bound.reason)
+            return updated
+        mapped = map_arguments(record.signature, bound, ctx)
+        if isinstance(mapped, Refusal):
+            ctx.todo(short, mapped.reason)
+            return updated
+        if record.template is not None:
+            out = expand_template(record.template, mapped, ctx, record.signature.defaults)
+        else:
+            out = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+        if isinstance(out, Refusal):
+            ctx.todo(short, out.reason)
+            return updated
+        ctx.edit(record.rule_id, original, out)
+        return out
+
+    # -- names -------------------------------------------------------------------------
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return self._leave_name_like(original, updated)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self._leave_name_like(original, updated)
+
+    def _leave_name_like(self, original, updated):
+        ctx = self.ctx
+        if id(original) in self._callees:
+            return updated
+        name = ctx.resolve(original)
+        if name is None:
+            if isinstance(original, cst.Attribute):
+                for rule in self.rules:
+                    out = rule.leave_attribute(ctx, original, updated)
+                    if out is not None:
+                        ctx.edit(rule.id, original, out)
+                        return out
+            return updated
+        self._touched_source[-1] = True
+        record = ctx.tables.api.get(name)
+        if record is not None and record.target is not None and (record.is_name or _plain(record)):
+            out = ctx.target_name(record.target)
+            ctx.edit(record.rule_id, original, out)
+            return out
+        if record is None and name in ctx.tables.values.keys():
+            pass
+        for rule in self.rules:
+            if isinstance(original, cst.Attribute):
+                out = rule.leave_attribute(ctx, original, updated)
+                if out is not None:
+                    ctx.edit(rule.id, original, out)
+                    return out
+        return updated
+
+    # -- statements and blocks ---------------------------------------------------------
+    def leave_SimpleStatementLine(self, original, updated):
+        pending_at = self._pending_at.pop()
+        for rule in self.rules:
+            out = rule.leave_statement(self.ctx, original, updated)
+            if out is not None:
+                if isinstance(out, cst.RemovalSentinel):
+                    del self.ctx.pending[pending_at:]  # what it said was about the removed code
+                    self.ctx.edit(rule.id, original, cst.Pass())
+                else:
+                    self.ctx.edit(rule.id, original, out)
+                updated = out
+                break
+        return self._finish_statement(updated)
+
+    def _leave_block(self, original, updated):
+        return self._finish_statement(updated)
+
+    leave_If = leave_For = leave_While = leave_With = leave_Try = _leave_block
+
+    def leave_FunctionDef(self, original, updated):
+        out = updated
+        for rule in self.rules:
+            res = rule.leave_function(self.ctx, original, updated)
+            if res is not None:
+                out = res
+                break
+        self.ctx.frames.pop()
+        result = self._finish_statement(out)
+        self.ctx.scopes.pop()
+        return result
+
+    def leave_ClassDef(self, original, updated):
+        out = updated
+        for rule in self.rules:
+            res = rule.leave_class(self.ctx, original, updated)
+            if res is not None:
+                self.ctx.edit(rule.id, _header(original), _header(res) if isinstance(res, cst.ClassDef) else res)
+                out = res
+                break
+        result = self._finish_statement(out)
+        self.ctx.classes.pop()
+        return result
+
+    def _finish_statement(self, node):
+        """Attach pending TODOs, plus one per TF name nothing translated."""
+        touched = self._touched_source.pop() if len(self._touched_source) > 1 else False
+        ctx = self.ctx
+        if touched and isinstance(node, cst.CSTNode) and not isinstance(node, cst.RemovalSentinel):
+            refs = _SourceRefs(ctx)
+            target = node
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                for dec in node.decorators:
+                    dec.visit(refs)
+                if isinstance(node, cst.ClassDef):
+                    for base in node.bases:
+                        base.visit(refs)
+            else:
+                target.visit(refs)
+            covered = {t.construct for t in ctx.pending}
+            for name in refs.found:
+                short = _short_name(name)
+                if short in covered or name in self.consumed:
+                    continue
+                covered.add(short)
+                ctx.todo(short, _no_rule_reason(name))
+        if not ctx.pending:
+            return node
+        if not isinstance(node, _STATEMENTS):
+            return node
+        todos, ctx.pending = ctx.pending, []
+        return _with_todo_comments(node, todos)
+
+    def leave_Module(self, original, updated):
+        for rule in self.rules:
+            res = rule.leave_module(self.ctx, updated)
+            if res is not None:
+                updated = res
+        return updated
+
+
+def _plain(record: ApiRecord) -> bool:
+    sig = record.signature
+    return record.template is None and not sig.defaults and not sig.unsupported and not sig.convert and all(
+        v == k for k, v in sig.rename.items() if v != "-"
+    )
+
+
+def _short_name(name: str) -> str:
+    for prefix, short in (("tensorflow.", "tf."), ("keras.", "keras.")):
+        if name.startswith(prefix):
+            return short + name[len(prefix):]
+    return name
+
+
+def _no_rule_reason(name: str) -> str:
+    return "no rule translates this symbol yet"
+
+
+def _header(node: cst.CSTNode) -> cst.CSTNode:
+    if isinstance(node, cst.ClassDef):
+        return node.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(cst.Ellipsis())])]), leading_lines=[])
+    return node
+
+
+def _with_todo_comments(node: cst.CSTNode, todos: list[Todo]) -> cst.CSTNode:
+    existing = {line.comment.value for line in node.leading_lines if line.comment is not None}
+    new = [
+        cst.EmptyLine(comment=cst.Comment(t.comment()))
+        for t in todos
+        if t.comment() not in existing
+    ]
+    if not new:
+        return node
+    return node.with_changes(leading_lines=[*node.leading_lines, *new])
+
+
+_TODO_LINE = re.compile(r"#\s*TODO\(tern\):\s*(?P<construct>[^:]+):\s*(?P<reason>.*)$")
+
+
+def todos_in(text: str) -> list[Todo]:
+    """TODOs as they stand in the output, with their line numbers (the report's source)."""
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if TODO_MARK not in line:
+            continue
+        match = _TODO_LINE.search(line)
+        if match:
+            # the TODO is about the next code line
+            out.append(Todo(match["construct"].strip(), match["reason"].strip(), lineno + 1))
+    return out
+
+
+def translate_module(
+    module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
+    tables: Tables | None = None,
+) -> Translation:
+    tables = tables or default_tables()
+    plan = ImportPlan(tables.modules)
+    canonical = Canonicalizer(tables.canonical)
+    ctx = FileContext(
+        tables=tables, package=package or PackageInfo(), scopes=Scopes({}, canonical), plan=plan, is_test=is_test,
+    )
+    out = module.visit(Translator(ctx))
+
+    def import_todo(stmt, construct, reason):
+        return _with_todo_comments(stmt, [Todo(construct, reason)])
+
+    if ctx.edits:
+        out, added, removed = finalize_imports(out, plan, import_todo)
+        for text in removed:
+            ctx.edits.append(Edit("imports", text, ""))
+        for text in added:
+            ctx.edits.append(Edit("imports", "", text))
+    else:
+        out, _, _ = finalize_imports(out, ImportPlan(()), import_todo)
+    text = out.code
+    return Translation(text, ctx.edits, todos_in(text))
+
+
+def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None) -> Translation:
+    """Translate one file's source text (raises ``libcst.ParserSyntaxError`` if unparsable)."""
+    return translate_module(cst.parse_module(source), is_test=is_test, package=package)

@@ -1,0 +1,210 @@
+"""Port the variables of a built Keras layer into a Flax variables tree.
+
+A layer record's weight map (``rules/layers/*.toml``, ``weights = [...]``) says which
+Keras variable lands where in the Flax tree; the map is data. When the layouts differ,
+an entry names a *transform*: a small function in this module, written in the entry as
+``"name"`` or ``"name:arg1,arg2"`` (arguments are ints, or strings when not numeric).
+
+Matching Keras variables: an entry's ``keras`` is a ``/``-separated pattern matched
+against the trailing components of ``variable.path`` (``"kernel"`` matches
+``"lstm/lstm_cell/kernel"`` but not ``".../recurrent_kernel"``); components may use
+``fnmatch`` wildcards (``"forward_*/*/kernel"``). Each entry must match exactly one
+variable, and every variable of the layer must be used by some entry.
+
+Layer transforms (``LAYER_TRANSFORMS``) take the Keras *layer* instead of one variable:
+``sublayer`` ports a wrapped layer (``Bidirectional.forward_layer``) with its own
+record and grafts the resulting tree at the entry's ``flax`` path; there ``keras`` names
+the attribute that holds the wrapped layer.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# --------------------------------------------------------------------------------------
+# Array transforms: (array, *args) -> array
+
+
+def identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def gate(x: np.ndarray, index: int, count: int) -> np.ndarray:
+    """Part ``index`` of ``count`` equal parts of the last axis.
+
+    Keras RNN cells fuse their gates along the last axis (LSTM: i, f, c, o; GRU: z, r,
+    h); Flax cells keep one Dense per gate.
+    """
+    size = x.shape[-1] // count
+    if size * count != x.shape[-1]:
+        raise ValueError(f"last axis {x.shape[-1]} does not split into {count} gates")
+    return x[..., index * size : (index + 1) * size]
+
+
+def row_gate(x: np.ndarray, row: int, index: int, count: int) -> np.ndarray:
+    """``gate`` of row ``row``: Keras GRU (``reset_after=True``) keeps its input bias
+    in row 0 and its recurrent bias in row 1 of a ``(2, 3 * units)`` bias."""
+    return gate(x[row], index, count)
+
+
+def sum_rows_gate(x: np.ndarray, index: int, count: int) -> np.ndarray:
+    """``gate`` of the sum of the rows. Keras GRU adds input and recurrent biases
+    before the update and reset gates; Flax ``GRUCell`` has one bias there (on ``ir``
+    and ``iz``), so the two are folded together."""
+    return gate(x.sum(axis=0), index, count)
+
+
+def depthwise(x: np.ndarray) -> np.ndarray:
+    """Keras depthwise kernel ``(*window, in, multiplier)`` to a Flax grouped
+    ``Conv`` kernel ``(*window, 1, in * multiplier)``.
+
+    Keras orders output channel ``c * multiplier + m``; a Flax conv with
+    ``feature_group_count=in`` gives group ``c`` the outputs
+    ``[c * multiplier, (c + 1) * multiplier)``: the same order, so a reshape suffices.
+    """
+    *window, channels, multiplier = x.shape
+    return x.reshape(*window, 1, channels * multiplier)
+
+
+def reshape(x: np.ndarray, *shape: int) -> np.ndarray:
+    """Reshape to ``shape`` (``-1`` allowed)."""
+    return x.reshape(shape)
+
+
+def transpose(x: np.ndarray, *axes: int) -> np.ndarray:
+    """Permute axes (no args: reverse them)."""
+    return np.transpose(x, axes or None)
+
+
+def flip_spatial(x: np.ndarray) -> np.ndarray:
+    """Flip every axis but the last two (the spatial window of a conv kernel)."""
+    return x[tuple(slice(None, None, -1) for _ in range(x.ndim - 2))]
+
+
+TRANSFORMS: dict[str, Callable[..., np.ndarray]] = {
+    "identity": identity,
+    "gate": gate,
+    "row_gate": row_gate,
+    "sum_rows_gate": sum_rows_gate,
+    "depthwise": depthwise,
+    "reshape": reshape,
+    "transpose": transpose,
+    "flip_spatial": flip_spatial,
+}
+
+
+# --------------------------------------------------------------------------------------
+# Layer transforms: (record, keras_layer, attribute, *args) -> Flax subtree
+
+
+def sublayer(record: Any, keras_layer: Any, attribute: str, *args: Any) -> dict:
+    """Port the wrapped layer ``getattr(keras_layer, attribute)`` with its own record.
+
+    Returns the variables tree of the wrapped layer (collections first), to be grafted
+    under the entry's ``flax`` path inside each collection.
+    """
+    inner = getattr(keras_layer, attribute)
+    return port_layer_weights(record_for(inner), inner)
+
+
+LAYER_TRANSFORMS: dict[str, Callable[..., dict]] = {"sublayer": sublayer}
+
+
+# --------------------------------------------------------------------------------------
+
+
+def parse_transform(spec: str) -> tuple[str, tuple[Any, ...]]:
+    """``"gate:1,4"`` -> ``("gate", (1, 4))``; ``""`` -> ``("identity", ())``."""
+    if not spec:
+        return "identity", ()
+    name, _, rest = spec.partition(":")
+    args: list[Any] = []
+    for raw in filter(None, (a.strip() for a in rest.split(","))):
+        try:
+            args.append(int(raw))
+        except ValueError:
+            args.append(raw)
+    return name.strip(), tuple(args)
+
+
+def transform_names() -> set[str]:
+    return set(TRANSFORMS) | set(LAYER_TRANSFORMS)
+
+
+def record_for(keras_layer: Any):
+    """The layer record whose source is the Keras class of ``keras_layer``."""
+    from tern.records import tables
+
+    name = f"keras.layers.{type(keras_layer).__name__}"
+    record = tables().layers.get(name)
+    if record is None:
+        raise KeyError(f"no layer record for {name}")
+    return record
+
+
+def _match(pattern: str, path: str) -> bool:
+    want = pattern.split("/")
+    have = path.split("/")
+    if len(have) < len(want):
+        return False
+    return all(fnmatch.fnmatchcase(h, w) for h, w in zip(have[-len(want) :], want))
+
+
+def _put(tree: dict, path: str, value: Any) -> None:
+    parts = path.split("/")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"flax path {path!r} runs through a leaf")
+    if parts[-1] in node:
+        raise ValueError(f"flax path {path!r} is written twice")
+    node[parts[-1]] = value
+
+
+def _graft(tree: dict, path: str, subtree: dict) -> None:
+    """Put each collection of ``subtree`` under ``path`` (``path`` starts with a
+    collection name, which is replaced by the subtree's own collections)."""
+    _, _, rest = path.partition("/")
+    for collection, branch in subtree.items():
+        _put(tree, f"{collection}/{rest}" if rest else collection, branch)
+
+
+def port_layer_weights(record: Any, keras_layer: Any) -> dict:
+    """A Flax variables dict ``{"params": {...}, "batch_stats": {...}}`` from a built
+    Keras layer, following ``record.weights``.
+
+    Raises when an entry matches no variable or several, when a variable is left
+    unmapped, or when a transform is unknown.
+    """
+    variables = [(v.path, v) for v in keras_layer.weights]
+    used: set[str] = set()
+    tree: dict = {}
+    for entry in record.weights:
+        name, args = parse_transform(entry.transform)
+        if name in LAYER_TRANSFORMS:
+            subtree = LAYER_TRANSFORMS[name](record, keras_layer, entry.keras, *args)
+            inner = getattr(keras_layer, entry.keras)
+            used.update(v.path for v in inner.weights)
+            _graft(tree, entry.flax, subtree)
+            continue
+        if name not in TRANSFORMS:
+            raise KeyError(f"unknown weight transform {name!r} in {record.source}")
+        hits = [(p, v) for p, v in variables if _match(entry.keras, p)]
+        if len(hits) != 1:
+            found = [p for p, _ in hits] or [p for p, _ in variables]
+            raise ValueError(
+                f"{record.source}: weight {entry.keras!r} matches {len(hits)} variables: {found}"
+            )
+        path, variable = hits[0]
+        used.add(path)
+        array = np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
+        _put(tree, entry.flax, np.asarray(TRANSFORMS[name](array, *args)))
+    unused = [p for p, _ in variables if p not in used]
+    if unused:
+        raise ValueError(f"{record.source}: Keras variables left unmapped: {unused}")
+    return tree
