@@ -78,14 +78,16 @@ def migrate(
             if f.diff:
                 sys.stdout.write(f.diff)
     else:
-        stem = report_path or Path(report.out).with_name(Path(report.out).name + ".tern-report")
+        stem = str(report_path or Path(report.out).with_name(Path(report.out).name + ".tern-report"))
         from tern.runner import write_atomic
 
-        write_atomic(stem.with_suffix(".json"), report.to_json().encode())
-        write_atomic(stem.with_suffix(".md"), report.to_markdown().encode())
+        write_atomic(Path(stem + ".json"), report.to_json().encode())
+        write_atomic(Path(stem + ".md"), report.to_markdown().encode())
+    source = Path(report.source)
     for f in report.files:
         if f.status == "error":
-            err.print(f"[red]error:[/] {Path(report.source if Path(report.source).is_dir() else '.') / f.path if Path(report.source).is_dir() else report.source}:{f.error_line}: {f.error}")
+            where = source / f.path if source.is_dir() else source
+            err.print(f"[red]error:[/] {where}:{f.error_line}: {f.error}")
     if not quiet:
         console = err if dry_run else out
         console.print(_summary(report))
@@ -93,6 +95,6 @@ def migrate(
         console.print(
             f"{t['translated']} translated, {t['residue']} with residue, {t['errors']} errors; "
             f"{t['edits']} edits, {t['todos']} TODOs"
-            + ("" if dry_run else f"; output in {report.out}; report {stem.with_suffix('.md')}")
+            + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
         )
     raise typer.Exit(report.exit_code)

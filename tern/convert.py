@@ -22,6 +22,7 @@ class ConvertContext(Protocol):
     def resolve(self, node: cst.BaseExpression) -> str | None: ...
     def value_target(self, kind: str, source: str) -> str | None: ...
     def target_expr(self, code: str) -> cst.BaseExpression: ...
+    def value_lookup(self, kind: str, node: cst.BaseExpression) -> cst.BaseExpression: ...
 
 
 Result = cst.BaseExpression | None | Refusal
@@ -64,6 +65,8 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
             return None if target == "None" else ctx.target_expr(target)
         if kind == "dtype" and isinstance(node, (cst.Name, cst.Attribute)):
             return node  # already a target-side dtype or a user variable holding one
+        if kind in ("activation", "initializer") and isinstance(node, (cst.Name, cst.Attribute)):
+            return ctx.value_lookup(kind, node)  # a field or variable: map by name at run time
         return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
 
     return convert

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern.convert import Refusal
 from tern.records import DROP, LayerRecord
@@ -41,12 +42,31 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
     if record.apply is not None:
         values = {k: v for k, v in mapped.items()}
         return Stateless(record, values)
-    module = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
-    if activation is None:
+    if record.template is not None:
+        module = expand_template(record.template, mapped, ctx, record.signature.defaults)
+        if isinstance(module, Refusal):
+            return module
+    else:
+        module = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+    then = [activation] if activation is not None else []
+    if record.output_template is not None:
+        unless = bound.args.get(record.output_unless) if record.output_unless else None
+        if unless is None or m.matches(unless, m.Name("False")):
+            body = expand_template(record.output_template, {"outputs": cst.Name("outputs")}, ctx)
+            if isinstance(body, Refusal):
+                return body
+            then.insert(0, cst.Lambda(params=cst.Parameters([cst.Param(cst.Name("outputs"))]), body=body))
+        elif not m.matches(unless, m.Name("True")):
+            return Refusal(f"`{record.output_unless}` must be a literal True/False to choose the output")
+    if not then:
         return module
+    elements = [module, *then]
     return cst.Call(
         func=ctx.target_name("flax.linen.Sequential"),
-        args=[cst.Arg(cst.List([cst.Element(module, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Element(activation)]))],
+        args=[cst.Arg(cst.List([
+            cst.Element(e, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(elements) - 1 else cst.MaybeSentinel.DEFAULT)
+            for i, e in enumerate(elements)
+        ]))],
     )
 
 
@@ -79,6 +99,8 @@ def call_arguments(
         if name not in bound.args:
             continue
         value = bound.args[name]
+        if name in record.call_unsupported and not m.matches(value, m.Name("None")):
+            return Refusal(f"call argument `{name}`: {record.call_unsupported[name]}")
         template = record.call.get(name)
         if template is None:
             if name in bound.positional and all(p in bound.positional for p in params[:i]):

@@ -29,10 +29,21 @@ class ClassInfo:
     weights: dict[str, WeightInfo] = field(default_factory=dict)
 
 
+# Keras layers whose behaviour depends on the training flag (kept in step with the
+# `call.training` entries of rules/layers; tests/test_engine.py checks it).
+TRAINING_LAYERS = {
+    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+    "GaussianDropout", "AlphaDropout", "BatchNormalization",
+}
+
+
 @dataclass
 class PackageInfo:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     factories: set[str] = field(default_factory=set)
+    #: plain functions that build and call training-dependent layers (graph helpers):
+    #: they get a ``training`` parameter, and callers pass theirs on
+    training_helpers: set[str] = field(default_factory=set)
 
     def is_module_class(self, name: str) -> bool:
         return name in self.classes
@@ -79,6 +90,16 @@ def _returns_model(fn: ast.FunctionDef) -> bool:
     return False
 
 
+def _builds_training_layers(fn: ast.FunctionDef) -> bool:
+    return any(
+        isinstance(node, ast.Call) and _base_tail(node.func) in TRAINING_LAYERS for node in ast.walk(fn)
+    )
+
+
+def _has_param(fn: ast.FunctionDef, name: str) -> bool:
+    return any(a.arg == name for a in (*fn.args.args, *fn.args.kwonlyargs))
+
+
 def scan_source(source: str, module: str, info: PackageInfo) -> None:
     try:
         tree = ast.parse(source)
@@ -90,6 +111,8 @@ def scan_source(source: str, module: str, info: PackageInfo) -> None:
             info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
+        elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node) and not _has_param(node, "training"):
+            info.training_helpers.add(node.name)
 
 
 def close_over_bases(info: PackageInfo) -> PackageInfo:

@@ -82,6 +82,9 @@ class LayerRecord:
 
     A layer with parameters has a ``target`` module class. A stateless layer has an
     ``apply`` template over its call inputs (``{inputs}``) and constructor parameters.
+    A module that nests another (``RNN(cell)``) gives its constructor as ``template``.
+    ``output`` post-processes the module's result (``{outputs}[:, -1]`` for a Keras RNN's
+    last step) unless the constructor param named by ``unless`` is literally True.
     ``call`` maps Keras call keywords to Flax ones as templates (``"-"`` drops them);
     ``training`` there is also injected when the caller did not pass it, because Keras
     propagates the outer call's training flag and Flax needs it explicitly.
@@ -92,8 +95,13 @@ class LayerRecord:
     signature: Signature
     target: str | None = None
     apply: str | None = None
+    template: str | None = None
+    output_template: str | None = None
+    output_unless: str | None = None
     call_params: tuple[str, ...] = ("inputs",)
     call: dict[str, str] = field(default_factory=dict)
+    call_unsupported: dict[str, str] = field(default_factory=dict)
+    init_caveats: dict[str, str] = field(default_factory=dict)
     activation: str | None = None
     weights: tuple[WeightMapEntry, ...] = ()
     note: str = ""
@@ -167,8 +175,13 @@ def _layer(raw: dict[str, Any], origin: str) -> LayerRecord:
         signature=_signature(raw),
         target=raw.get("target"),
         apply=raw.get("apply"),
+        template=raw.get("template"),
+        output_template=raw.get("output", {}).get("template"),
+        output_unless=raw.get("output", {}).get("unless"),
         call_params=tuple(raw.get("call_params", ("inputs",))),
         call=dict(raw.get("call", {})),
+        call_unsupported=dict(raw.get("call_unsupported", {})),
+        init_caveats=dict(raw.get("init_caveats", {})),
         activation=raw.get("activation"),
         weights=tuple(WeightMapEntry(**w) for w in raw.get("weights", ())),
         note=raw.get("note", ""),

@@ -14,6 +14,7 @@ from tern.records import DROP, Signature
 LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size"}
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_TABLE = re.compile(r"\{table:(\w+)\}")
 _SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
 
 
@@ -140,6 +141,13 @@ def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return out
 
 
+def _table_name(ctx, kind: str) -> str:
+    from tern.context import value_table_name
+
+    ctx.value_tables.add(kind)
+    return value_table_name(kind)
+
+
 class _Substitute(cst.CSTTransformer):
     def __init__(self, values: dict[str, cst.BaseExpression]):
         self.values = values
@@ -182,7 +190,8 @@ def expand_template(
         needed = _PLACEHOLDER.findall(inner)
         return inner if all(n in values or n == "key" for n in needed) else ""
 
-    text = _SPAN.sub(span, template)
+    text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), template)
+    text = _SPAN.sub(span, text)
     missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
     if missing:
         return Refusal(f"required argument `{missing[0]}` not given")

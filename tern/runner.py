@@ -61,7 +61,10 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
         return FileResult(job.rel, "error", error=f"does not parse as Python: {exc.message} (column {exc.raw_column + 1})", error_line=exc.raw_line), raw
     except RecursionError:
         return FileResult(job.rel, "error", error="nesting too deep for the parser", error_line=0), raw
-    result = translate_module(module, is_test=is_test_path(job.rel), package=job.package)
+    try:
+        result = translate_module(module, is_test=is_test_path(job.rel), package=job.package)
+    except Exception as exc:  # a bug in a rule: report it for this file, go on with the rest
+        return FileResult(job.rel, "error", error=f"internal error in tern ({type(exc).__name__}: {exc}); the file is copied unchanged"), raw
     if result.code == text:
         status = "residue" if result.todos else "unchanged"
     else:

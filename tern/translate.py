@@ -295,10 +295,10 @@ class Translator(cst.CSTTransformer):
     def leave_FunctionDef(self, original, updated):
         out = updated
         for rule in self.rules:
-            res = rule.leave_function(self.ctx, original, updated)
+            res = rule.leave_function(self.ctx, original, out)
             if res is not None:
+                self.ctx.edit(rule.id, _fn_header(original), _fn_header(res) if isinstance(res, cst.FunctionDef) else cst.Pass())
                 out = res
-                break
         self.ctx.frames.pop()
         result = self._finish_statement(out)
         self.ctx.scopes.pop()
@@ -377,6 +377,12 @@ def _header(node: cst.CSTNode) -> cst.CSTNode:
     return node
 
 
+def _fn_header(node: cst.CSTNode) -> cst.CSTNode:
+    if isinstance(node, cst.FunctionDef):
+        return node.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(cst.Ellipsis())])]), leading_lines=[])
+    return node
+
+
 def _with_todo_comments(node: cst.CSTNode, todos: list[Todo]) -> cst.CSTNode:
     existing = {line.comment.value for line in node.leading_lines if line.comment is not None}
     new = [
@@ -405,6 +411,21 @@ def todos_in(text: str) -> list[Todo]:
     return out
 
 
+def _insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Module:
+    body = list(module.body)
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) or (isinstance(s, cst.Expr) and isinstance(s.value, cst.SimpleString))
+            for s in stmt.body
+        ):
+            at = i + 1
+        else:
+            break
+    body[at:at] = stmts
+    return module.with_changes(body=body)
+
+
 def translate_module(
     module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
     tables: Tables | None = None,
@@ -416,6 +437,8 @@ def translate_module(
         tables=tables, package=package or PackageInfo(), scopes=Scopes({}, canonical), plan=plan, is_test=is_test,
     )
     out = module.visit(Translator(ctx))
+    if ctx.value_tables:
+        out = _insert_after_imports(out, [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)])
 
     def import_todo(stmt, construct, reason):
         return _with_todo_comments(stmt, [Todo(construct, reason)])

@@ -8,8 +8,9 @@ an entry names a *transform*: a small function in this module, written in the en
 Matching Keras variables: an entry's ``keras`` is a ``/``-separated pattern matched
 against the trailing components of ``variable.path`` (``"kernel"`` matches
 ``"lstm/lstm_cell/kernel"`` but not ``".../recurrent_kernel"``); components may use
-``fnmatch`` wildcards (``"forward_*/*/kernel"``). Each entry must match exactly one
-variable, and every variable of the layer must be used by some entry.
+``fnmatch`` wildcards (``"forward_*/*/kernel"``). Each entry matches at most one
+variable (none when the layer was built without it, e.g. ``use_bias=False``), and every
+variable of the layer must be used by some entry.
 
 Layer transforms (``LAYER_TRANSFORMS``) take the Keras *layer* instead of one variable:
 ``sublayer`` ports a wrapped layer (``Bidirectional.forward_layer``) with its own
@@ -178,8 +179,10 @@ def port_layer_weights(record: Any, keras_layer: Any) -> dict:
     """A Flax variables dict ``{"params": {...}, "batch_stats": {...}}`` from a built
     Keras layer, following ``record.weights``.
 
-    Raises when an entry matches no variable or several, when a variable is left
-    unmapped, or when a transform is unknown.
+    An entry that matches no variable is skipped (``bias`` of a ``use_bias=False``
+    layer); callers compare the result with the Flax ``init`` tree. Raises when an entry
+    matches several variables, when a variable is left unmapped, or when a transform is
+    unknown.
     """
     variables = [(v.path, v) for v in keras_layer.weights]
     used: set[str] = set()
@@ -195,6 +198,8 @@ def port_layer_weights(record: Any, keras_layer: Any) -> dict:
         if name not in TRANSFORMS:
             raise KeyError(f"unknown weight transform {name!r} in {record.source}")
         hits = [(p, v) for p, v in variables if _match(entry.keras, p)]
+        if not hits:
+            continue  # an optional variable the layer was built without (use_bias=False)
         if len(hits) != 1:
             found = [p for p, _ in hits] or [p for p, _ in variables]
             raise ValueError(

@@ -113,11 +113,17 @@ class FunctionalModelRule(Rule):
             ctx.todo(f"functional model {original.name.value}", "dict or nested model inputs are not supported")
             return None
         graph = [s for i, s in enumerate(new[first:at], start=first) if i not in inputs_at]
+        specs = _input_specs(ctx, [stmts[i] for i in inputs_at], model_inputs)
         body = [*prelude, *graph, cst.SimpleStatementLine([cst.Return(outputs)])]
         model_name = args.get("name")
         literal = model_name.evaluated_value if isinstance(model_name, cst.SimpleString) else None
         cls_name = class_name_for(original.name.value, literal)
         cls = compact_module(ctx, cls_name, params, body, f"Functional Keras model `{original.name.value}`, replayed as a Flax module.")
+        if specs is not None:
+            # Keras builds a functional model from its Inputs at construction; keep the
+            # specs so callers (translated tests) can build variables before a first call.
+            spec_stmt = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("tern_input_specs"))], specs)])
+            cls = cls.with_changes(body=cls.body.with_changes(body=[cls.body.body[0], spec_stmt, *cls.body.body[1:]]))
         instance = cst.Call(func=cst.Name(cls_name))
         small = new[at].body[0]
         if isinstance(small, cst.Return):
@@ -133,6 +139,34 @@ class FunctionalModelRule(Rule):
             tail.append(stmt)
         body_out = [*new[:first], cls, end, *tail]
         return updated.with_changes(body=updated.body.with_changes(body=body_out))
+
+
+def _input_specs(ctx, input_stmts, model_inputs):
+    """``((shape, dtype),)`` for one input, ``[...]`` for a list; None when not literal enough."""
+    by_name = {}
+    for stmt in input_stmts:
+        assign = stmt.body[0]
+        call = assign.value
+        args = {}
+        for i, arg in enumerate(call.args):
+            key = arg.keyword.value if arg.keyword else ("shape", "batch_size", "dtype")[i] if i < 3 else "_"
+            args[key] = arg.value
+        shape = args.get("shape")
+        if shape is None:
+            return None
+        dtype = args.get("dtype", cst.SimpleString('"float32"'))
+        by_name[assign.targets[0].target.value] = cst.Tuple([
+            cst.Element(shape, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Element(dtype),
+        ])
+    if isinstance(model_inputs, cst.Name):
+        return by_name.get(model_inputs.value)
+    elements = [by_name.get(e.value.value) for e in model_inputs.elements]
+    if any(e is None for e in elements):
+        return None
+    return cst.List([
+        cst.Element(e, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(elements) - 1 else cst.MaybeSentinel.DEFAULT)
+        for i, e in enumerate(elements)
+    ])
 
 
 def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:

@@ -291,6 +291,9 @@ class KerasClassRule(Rule):
                     [cst.AnnAssign(target=target, annotation=cst.Annotation(cst.parse_expression(annotation)), value=default)]
                 )
             )
+        conflicts = _field_conflicts(original, param_names)
+        if conflicts:
+            stmts = [s.visit(_RenameSelfAttrs(conflicts)) for s in stmts]
         methods = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
         out_methods: list[cst.CSTNode] = []
         for stmt in stmts:
@@ -335,16 +338,10 @@ class KerasClassRule(Rule):
         block = cst.IndentedBlock(kept)
         block = block.visit(_ParamsToFields(params - rebound))
         prelude = [cst.parse_statement(f"{p} = self.{p}\n") for p in sorted(rebound)]
-        if info.compact:
-            # compact modules cannot also define setup; keep only plain config statements
-            return init.with_changes(
-                name=cst.Name("setup"),
-                params=cst.Parameters([cst.Param(cst.Name(SELF))]),
-                body=block.with_changes(body=[*prelude, *block.body]),
-            )
         return init.with_changes(
             name=cst.Name("setup"),
             params=cst.Parameters([cst.Param(cst.Name(SELF))]),
+            whitespace_before_params=cst.SimpleWhitespace(""),
             body=block.with_changes(body=[*prelude, *block.body]),
         )
 
@@ -401,6 +398,32 @@ class KerasClassRule(Rule):
         body = [*prelude, *_strip_doc(build_body.body), *call_body.body]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _field_conflicts(cls: cst.ClassDef, params: set[str]) -> dict[str, str]:
+    """Constructor params that ``__init__`` overwrites with a derived value.
+
+    A Flax field cannot be reassigned in ``setup``; the derived value moves to ``_name``.
+    """
+    init = _methods(cls).get("__init__")
+    if init is None:
+        return {}
+    out = {}
+    for attr, value in _assignments(init.body):
+        if attr in params and not m.matches(value, m.Name(attr)):
+            out[attr] = f"_{attr}"
+    return out
+
+
+class _RenameSelfAttrs(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def leave_Attribute(self, original, updated):
+        attr = _self_attr(updated)
+        if attr in self.names:
+            return updated.with_changes(attr=cst.Name(self.names[attr]))
+        return updated
 
 
 def _strip_doc(stmts):

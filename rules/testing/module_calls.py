@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
+from tern.translate import _insert_after_imports
 
 RUNTIME = '''
 
@@ -44,6 +45,14 @@ def _tern_apply(module, *args, method=None, **kwargs):
 
 def _tern_variables(module, collection=None):
     """The variables Keras would hold on the layer (all, or one collection)."""
+    specs = getattr(module, "tern_input_specs", None)
+    if id(module) not in _TERN_VARIABLES and specs is not None:
+        # a functional Keras model is built from its Inputs at construction
+        def example(spec):
+            shape, dtype = spec
+            return jnp.zeros((1, *[1 if d is None else d for d in shape]), dtype)
+        args = [[example(s) for s in specs]] if isinstance(specs, list) else [example(specs)]
+        _TERN_VARIABLES[id(module)] = (module, module.init(_tern_rngs(), *args))
     variables = _TERN_VARIABLES[id(module)][1]
     return variables if collection is None else variables.get(collection, {})
 
@@ -175,19 +184,11 @@ class ModuleCallsRule(Rule):
         if not ctx.rule_state.get("runtime"):
             return None
         ctx.plan.spell("jax")
+        ctx.plan.spell("jax.numpy")
         ctx.plan.spell("numpy")
-        runtime = cst.parse_module(RUNTIME).body
-        body = list(updated.body)
-        at = 0
-        for i, stmt in enumerate(body):
-            if isinstance(stmt, cst.SimpleStatementLine) and all(
-                isinstance(s, (cst.Import, cst.ImportFrom)) or m.matches(s, m.Expr(value=m.SimpleString())) for s in stmt.body
-            ):
-                at = i + 1
-            else:
-                break
-        body[at:at] = runtime
-        return updated.with_changes(body=body)
+        runtime = list(cst.parse_module(RUNTIME).body)
+        runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        return _insert_after_imports(updated, runtime)
 
 
 class _Put(cst.CSTTransformer):

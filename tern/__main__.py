@@ -1,0 +1,3 @@
+from tern.cli import app
+
+app(prog_name="tern")
