@@ -29,14 +29,6 @@ class ClassInfo:
     weights: dict[str, WeightInfo] = field(default_factory=dict)
 
 
-# Keras layers whose behaviour depends on the training flag (kept in step with the
-# `call.training` entries of rules/layers; tests/test_engine.py checks it).
-TRAINING_LAYERS = {
-    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
-    "GaussianDropout", "AlphaDropout", "BatchNormalization",
-}
-
-
 @dataclass
 class PackageInfo:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
@@ -90,17 +82,26 @@ def _returns_model(fn: ast.FunctionDef) -> bool:
     return False
 
 
-def _builds_training_layers(fn: ast.FunctionDef) -> bool:
-    return any(
-        isinstance(node, ast.Call) and _base_tail(node.func) in TRAINING_LAYERS for node in ast.walk(fn)
+def training_layer_names() -> frozenset[str]:
+    """Class names of the layers whose call mapping uses the training flag (from the tables)."""
+    from tern.records import DROP, tables
+
+    return frozenset(
+        name.rsplit(".", 1)[-1]
+        for name, record in tables().layers.items()
+        if record.call.get("training", DROP) != DROP
     )
+
+
+def _builds_training_layers(fn: ast.FunctionDef, names: frozenset[str]) -> bool:
+    return any(isinstance(node, ast.Call) and _base_tail(node.func) in names for node in ast.walk(fn))
 
 
 def _has_param(fn: ast.FunctionDef, name: str) -> bool:
     return any(a.arg == name for a in (*fn.args.args, *fn.args.kwonlyargs))
 
 
-def scan_source(source: str, module: str, info: PackageInfo) -> None:
+def scan_source(source: str, module: str, info: PackageInfo, training_layers: frozenset[str] = frozenset()) -> None:
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -111,7 +112,7 @@ def scan_source(source: str, module: str, info: PackageInfo) -> None:
             info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
-        elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node) and not _has_param(node, "training"):
+        elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):
             info.training_helpers.add(node.name)
 
 
@@ -131,11 +132,12 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
 
 def scan_package(root: Path, files: list[Path]) -> PackageInfo:
     info = PackageInfo()
+    training_layers = training_layer_names()
     for path in files:
         try:
             source = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
         module = ".".join(path.relative_to(root).with_suffix("").parts)
-        scan_source(source, module, info)
+        scan_source(source, module, info, training_layers)
     return close_over_bases(info)

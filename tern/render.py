@@ -24,19 +24,29 @@ def code(node: cst.CSTNode) -> str:
 
 @dataclass(frozen=True)
 class Bound:
-    """A call's arguments by source parameter name (positional ones remembered)."""
+    """A call's arguments by source parameter name (positional ones remembered).
+
+    A ``*name`` parameter collects the remaining positional arguments, in order, into
+    ``variadic``; they are emitted positionally.
+    """
 
     args: dict[str, cst.BaseExpression]
     positional: tuple[str, ...]
+    variadic: tuple[cst.BaseExpression, ...] = ()
 
 
 def bind(call: cst.Call, params: tuple[str, ...], extra_ok: set[str] = frozenset()) -> Bound | Refusal:
     args: dict[str, cst.BaseExpression] = {}
     positional: list[str] = []
+    variadic: list[cst.BaseExpression] = []
+    star_at = next((i for i, p in enumerate(params) if p.startswith("*")), None)
     for i, arg in enumerate(call.args):
         if arg.star:
             return Refusal(f"`{arg.star}` arguments cannot be mapped statically")
         if arg.keyword is None:
+            if star_at is not None and i >= star_at:
+                variadic.append(arg.value)
+                continue
             if i >= len(params):
                 return Refusal(f"more positional arguments than the known signature ({len(params)})")
             args[params[i]] = arg.value
@@ -46,7 +56,7 @@ def bind(call: cst.Call, params: tuple[str, ...], extra_ok: set[str] = frozenset
             if name not in params and name not in extra_ok:
                 return Refusal(f"unknown argument `{name}`")
             args[name] = arg.value
-    return Bound(args, tuple(positional))
+    return Bound(args, tuple(positional), tuple(variadic))
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
@@ -97,13 +107,18 @@ def build_call(
     lead = list(sig.params[: sig.positional])
     positional_ok = True
     for name in lead:
+        if name.startswith("*"):
+            break
         if name in mapped and name in bound.positional and positional_ok:
             args.append(cst.Arg(mapped[name]))
         else:
             positional_ok = False
+    if bound.variadic:
+        # variadic arguments follow the params before them, which were positional too
+        args.extend(cst.Arg(v) for v in bound.variadic)
     given_targets = set()
     for name in sig.params + tuple(k for k in mapped if k not in sig.params):
-        if name not in mapped:
+        if name.startswith("*") or name not in mapped:
             continue
         if any(a.value is mapped[name] for a in args):
             continue

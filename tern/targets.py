@@ -51,6 +51,11 @@ class _Respell(cst.CSTTransformer):
 
     def __init__(self, plan: ImportPlan):
         self.plan = plan
+        self._inner: set[int] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._inner.add(id(node.value))
+        self._inner.add(id(node.attr))
 
     def leave_Attribute(self, original, updated):
         name = dotted_name(updated)
@@ -60,7 +65,7 @@ class _Respell(cst.CSTTransformer):
 
     def leave_Name(self, original, updated):
         # bare module names (``jax`` alone) need their import too
-        if self.plan.module_for(updated.value) is not None:
+        if id(original) not in self._inner and self.plan.module_for(updated.value) is not None:
             self.plan.spell(updated.value)
         return updated
 
@@ -79,8 +84,29 @@ def _import_statement(module: str, alias: str) -> cst.SimpleStatementLine:
 
 
 class _NameUses(cst.CSTVisitor):
+    """Names used at module level or not shadowed where they are used."""
+
     def __init__(self) -> None:
         self.names: set[str] = set()
+        self._shadow: list[set[str]] = []
+
+    def visit_FunctionDef(self, node) -> None:
+        from tern.names import function_scope
+
+        bound, _ = function_scope(node)
+        self._shadow.append(bound)
+
+    def leave_FunctionDef(self, node) -> None:
+        self._shadow.pop()
+
+    def visit_Lambda(self, node) -> None:
+        from tern.names import function_scope
+
+        bound, _ = function_scope(node)
+        self._shadow.append(bound)
+
+    def leave_Lambda(self, node) -> None:
+        self._shadow.pop()
 
     def visit_Import(self, node):
         return False
@@ -89,7 +115,16 @@ class _NameUses(cst.CSTVisitor):
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
+        if not any(node.value in bound for bound in self._shadow):
+            self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # the member name is not a use of a local name
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
 
 
 def _is_source_import(stmt: cst.CSTNode) -> bool:
@@ -152,6 +187,8 @@ def finalize_imports(
                 f"still used by untranslated code ({', '.join(still)}); see the TODOs below",
             )
         kept.append(stmt)
+    if kept and removed and not module.header and kept[0].leading_lines:
+        kept[0] = kept[0].with_changes(leading_lines=[l for l in kept[0].leading_lines if l.comment is not None])
     added: list[str] = []
     new_imports = []
     for name, alias in sorted(plan.needed.items()):

@@ -57,8 +57,13 @@ class _SourceRefs(cst.CSTVisitor):
         name = self.ctx.resolve(node)
         if name is not None:
             self.found.append(name)
-            return False
-        return True
+        else:
+            node.value.visit(self)  # ``attr`` is a member name, never a reference
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
 
     def visit_Name(self, node: cst.Name) -> None:
         name = self.ctx.resolve(node)
@@ -82,6 +87,7 @@ class Translator(cst.CSTTransformer):
         self.rules = [r for r in discover() if r.applies(ctx.is_test)]
         self.consumed = consumed_names()
         self._callees: set[int] = set()
+        self._not_refs: set[int] = set()
         self._touched_source = [False]
         self._pending_at: list[int] = []
 
@@ -96,6 +102,7 @@ class Translator(cst.CSTTransformer):
         self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_refs.add(id(node.name))
         self.ctx.classes.append(None)
         for rule in self.rules:
             rule.visit_class(self.ctx, node)
@@ -104,6 +111,7 @@ class Translator(cst.CSTTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         bound, imports = function_scope(node)
         self.ctx.scopes.push(bound, imports)
+        self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
         for rule in self.rules:
             rule.visit_function(self.ctx, node)
@@ -125,6 +133,23 @@ class Translator(cst.CSTTransformer):
         self._touched_source.append(False)
 
     visit_If = visit_For = visit_While = visit_With = visit_Try = _enter_block
+
+    # -- names that are not references ------------------------------------------------
+    def visit_Import(self, node) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_refs.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_refs.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_refs.add(id(node.name))
 
     # -- calls -------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -245,7 +270,7 @@ class Translator(cst.CSTTransformer):
 
     def _leave_name_like(self, original, updated):
         ctx = self.ctx
-        if id(original) in self._callees:
+        if id(original) in self._callees or id(original) in self._not_refs:
             return updated
         name = ctx.resolve(original)
         if name is None:
@@ -383,8 +408,8 @@ def _fn_header(node: cst.CSTNode) -> cst.CSTNode:
     return node
 
 
-def _with_todo_comments(node: cst.CSTNode, todos: list[Todo]) -> cst.CSTNode:
-    existing = {line.comment.value for line in node.leading_lines if line.comment is not None}
+def _with_todo_comments(node: cst.CSTNode, todos: list[Todo], also_present: set[str] = frozenset()) -> cst.CSTNode:
+    existing = {line.comment.value for line in node.leading_lines if line.comment is not None} | also_present
     new = [
         cst.EmptyLine(comment=cst.Comment(t.comment()))
         for t in todos
@@ -440,8 +465,11 @@ def translate_module(
     if ctx.value_tables:
         out = _insert_after_imports(out, [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)])
 
+    # the first statement's comments live in the module header
+    header = {line.comment.value for line in out.header if line.comment is not None}
+
     def import_todo(stmt, construct, reason):
-        return _with_todo_comments(stmt, [Todo(construct, reason)])
+        return _with_todo_comments(stmt, [Todo(construct, reason)], header)
 
     if ctx.edits:
         out, added, removed = finalize_imports(out, plan, import_todo)

@@ -90,6 +90,12 @@ def _layer_ref(ctx, value: cst.BaseExpression) -> LayerRef | None:
     return None
 
 
+def _is_flax_module_call(value: cst.BaseExpression) -> bool:
+    from tern.names import dotted_name
+
+    return isinstance(value, cst.Call) and (dotted_name(value.func) or "").startswith(("nn.", "flax.linen."))
+
+
 def _is_add_weight(value: cst.BaseExpression) -> bool:
     return m.matches(value, m.Call(func=m.Attribute(value=m.Name(SELF), attr=m.Name("add_weight"))))
 
@@ -116,6 +122,9 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
             ref = _layer_ref(ctx, value)
             if ref is not None:
                 info.sublayers[attr] = ref
+            elif _is_flax_module_call(value):
+                # already Flax (a rerun on partly translated code): still a submodule
+                info.sublayers[attr] = LayerRef()
             if _is_add_weight(value):
                 info.refusal = "`add_weight` in `__init__` (weights need a shape known at build time)"
     build = methods.get("build")
@@ -317,6 +326,8 @@ class KerasClassRule(Rule):
                 out_methods.append(call)
             else:
                 out_methods.append(stmt)
+        if fields and out_methods and isinstance(out_methods[0], cst.FunctionDef) and not out_methods[0].leading_lines:
+            out_methods[0] = out_methods[0].with_changes(leading_lines=[cst.EmptyLine()])
         body = docstring + fields + out_methods
         if not body:
             body = [cst.SimpleStatementLine([cst.Pass()])]

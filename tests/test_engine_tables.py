@@ -1,0 +1,46 @@
+"""Consistency of the engine with its tables (fast, no TF or JAX import)."""
+
+from __future__ import annotations
+
+import re
+
+from tern.convert import CONVERTERS
+from tern.package import PackageInfo, scan_source, training_layer_names
+from tern.records import DROP, load_tables
+
+
+def test_training_helpers_are_found_from_the_layer_records():
+    names = training_layer_names()
+    assert {"Dropout", "BatchNormalization"} <= names and "Dense" not in names
+    info = PackageInfo()
+    source = (
+        "from tensorflow.keras import layers\n"
+        "def block(x):\n    return layers.Dropout(0.1)(layers.Dense(2)(x))\n"
+        "def dense(x):\n    return layers.Dense(2)(x)\n"
+        "def explicit(x, training):\n    return layers.Dropout(0.1)(x, training=training)\n"
+    )
+    scan_source(source, "m", info, names)
+    assert info.training_helpers == {"block"}
+
+
+def test_every_converter_named_in_the_tables_exists():
+    tables = load_tables()
+    records = [*tables.api.values(), *tables.layers.values()]
+    named = {c for r in records for c in r.signature.convert.values()}
+    assert named <= set(CONVERTERS), named - set(CONVERTERS)
+
+
+def test_template_tables_exist():
+    tables = load_tables()
+    kinds = {k for k, _ in tables.values}
+    for record in tables.api.values():
+        for kind in re.findall(r"\{table:(\w+)\}", record.template or ""):
+            assert kind in kinds, (record.source, kind)
+
+
+def test_every_record_has_a_target_or_a_template():
+    tables = load_tables()
+    for record in tables.api.values():
+        assert record.target or record.template, record.source
+    for record in tables.layers.values():
+        assert record.target or record.template or record.apply, record.source

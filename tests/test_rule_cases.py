@@ -1,0 +1,47 @@
+"""Golden before/after cases of the programmatic rules and name resolution.
+
+Each ``rules/structure/cases/*.toml`` and ``rules/testing/cases/*.toml`` file holds
+``[[case]]`` records (hits, near misses, no-ops). A case passes when the translation of
+``before`` is exactly ``after`` and translating ``after`` again changes nothing.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tern.translate import translate_source
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+CASES = [
+    (f"{path.parent.parent.name}/{path.stem}:{case['name']}", case)
+    for family in ("structure", "testing")
+    for path in sorted((RULES / family / "cases").glob("*.toml"))
+    for case in tomllib.loads(path.read_text())["case"]
+]
+
+
+@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_case(case):
+    is_test = case.get("is_test", False)
+    result = translate_source(case["before"], is_test=is_test)
+    assert result.code == case["after"]
+    assert translate_source(result.code, is_test=is_test).code == result.code, "not idempotent"
+
+
+@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])
+def test_todos_are_reported_where_they_stand(case):
+    result = translate_source(case["before"], is_test=case.get("is_test", False))
+    lines = result.code.splitlines()
+    assert len(result.todos) == sum("# TODO(tern):" in line for line in lines)
+    for todo in result.todos:
+        assert "TODO(tern)" in lines[todo.line - 2]
+        assert todo.construct and todo.reason
+
+
+def test_enough_cases_per_family():
+    families = {i.split(":")[0] for i, _ in CASES}
+    assert {"structure/names", "structure/keras_class", "structure/functional_model", "structure/sequential",
+            "structure/tf_function", "testing/assertions"} <= families
