@@ -25,6 +25,7 @@ class LayerRef:
     record: object | None = None  # LayerRecord
     package_class: str | None = None
     sequential: bool = False
+    many: bool = False  # a list of such layers (``self.blocks = [Block() for ...]``)
 
 
 @dataclass

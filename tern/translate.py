@@ -208,7 +208,7 @@ class Translator(cst.CSTTransformer):
             layer_name = ctx.resolve(inner.func)
             record = ctx.tables.layers.get(layer_name) if layer_name else None
         ref = self._known_layer(original.func)
-        if ref is not None and ref.record is not None:
+        if ref is not None and ref.record is not None and not ref.many:
             record = ref.record
         if record is None or record.apply is not None:
             return None

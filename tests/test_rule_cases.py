@@ -27,7 +27,7 @@ CASES = [
 def test_case(case):
     is_test = case.get("is_test", False)
     result = translate_source(case["before"], is_test=is_test)
-    assert result.code == case["after"]
+    assert result.code == case["after"], "if the change is intended: python tests/regen_rule_cases.py"
     assert translate_source(result.code, is_test=is_test).code == result.code, "not idempotent"
 
 

@@ -76,6 +76,13 @@ def _assignments(body: cst.CSTNode):
 
 
 def _layer_ref(ctx, value: cst.BaseExpression) -> LayerRef | None:
+    """What ``value`` builds: a table layer, a package module, a Sequential, or a list of one kind."""
+    if isinstance(value, (cst.ListComp, cst.List)):
+        elements = [value.elt] if isinstance(value, cst.ListComp) else [e.value for e in value.elements]
+        refs = [_layer_ref(ctx, e) for e in elements]
+        if refs and all(r is not None for r in refs) and len({(id(r.record), r.package_class) for r in refs}) == 1:
+            return LayerRef(record=refs[0].record, package_class=refs[0].package_class, many=True)
+        return None
     if not isinstance(value, cst.Call):
         return None
     if isinstance(value.func, cst.Name) and ctx.package.is_module_class(value.func.value):
@@ -88,6 +95,30 @@ def _layer_ref(ctx, value: cst.BaseExpression) -> LayerRef | None:
     if name in ("keras.Sequential", "keras.models.Sequential"):
         return LayerRef(sequential=True)
     return None
+
+
+def _bind_loop_layers(fn: cst.FunctionDef, info: KerasClass, frame) -> None:
+    """``for block in self.blocks`` / ``for d, n in zip(self.denses, self.norms)``: the loop
+    variables are elements of sublayer lists, so their calls get the layer call mapping."""
+
+    class V(cst.CSTVisitor):
+        def visit_For(self, node: cst.For) -> None:
+            lists, targets = [], []
+            attr = _self_attr(node.iter)
+            if attr is not None:
+                lists, targets = [attr], [node.target]
+            elif m.matches(node.iter, m.Call(func=m.Name("zip"))) and isinstance(node.target, cst.Tuple):
+                lists = [_self_attr(a.value) for a in node.iter.args]
+                targets = [e.value for e in node.target.elements]
+            for attr, target in zip(lists, targets):
+                ref = info.sublayers.get(attr) if attr else None
+                if ref is not None and ref.many and isinstance(target, cst.Name):
+                    frame.layers[target.value] = LayerRef(record=ref.record, package_class=ref.package_class)
+
+        def visit_FunctionDef(self, node) -> bool:
+            return node is fn
+
+    fn.visit(V())
 
 
 def _is_flax_module_call(value: cst.BaseExpression) -> bool:
@@ -244,6 +275,7 @@ class KerasClassRule(Rule):
             return
         frame = ctx.frame
         frame.in_module_method = True
+        _bind_loop_layers(node, info, frame)
         if node.name.value in ("call", "__call__"):
             frame.training = "training"
         elif _has_param(node, "training"):
@@ -255,7 +287,9 @@ class KerasClassRule(Rule):
             return None
         attr = _self_attr(original.func)
         ref = info.sublayers.get(attr) if attr else None
-        if ref is not None and ref.package_class and ctx.frame.training:
+        if ref is None and isinstance(original.func, cst.Name):
+            ref = ctx.frame.layers.get(original.func.value)
+        if ref is not None and ref.package_class and not ref.many and ctx.frame.training:
             if not any(a.keyword is not None and a.keyword.value == "training" for a in updated.args):
                 args = list(updated.args)
                 if args:

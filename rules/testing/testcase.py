@@ -1,5 +1,6 @@
-"""``tf.test.TestCase`` to ``unittest.TestCase`` (pytest runs both), ``tf.test.main()`` to
-``unittest.main()``, and ``tf.random.set_seed`` dropped from tests: JAX randomness in
+"""``tf.test.TestCase`` to ``absltest.TestCase`` (its base: absl's assertions such as
+``assertLen``/``assertEmpty`` keep working; pytest runs it), ``tf.test.main()`` to
+``absltest.main()``, and ``tf.random.set_seed`` dropped from tests: JAX randomness in
 translated tests uses explicit, fixed keys, so seeding has nothing left to do.
 
 Keeps a per-file count of open TF test classes so the assertion rule knows when
@@ -41,15 +42,15 @@ class TestCaseRule(Rule):
         for orig, new in zip(original.bases, updated.bases):
             if ctx.resolve(orig.value) == TESTCASE:
                 if others:
-                    continue  # e.g. parameterized.TestCase already is a unittest.TestCase
-                new = new.with_changes(value=ctx.target_name("unittest.TestCase"))
+                    continue  # e.g. parameterized.TestCase already is an absltest.TestCase
+                new = new.with_changes(value=ctx.target_name("absl.testing.absltest.TestCase"))
             bases.append(new)
         bases = [b.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(bases) - 1 else b for i, b in enumerate(bases)]
         return updated.with_changes(bases=bases)
 
     def leave_call(self, ctx, original, updated):
         if ctx.resolve(original.func) == MAIN:
-            return cst.Call(func=ctx.target_name("unittest.main"), args=updated.args)
+            return cst.Call(func=ctx.target_name("absl.testing.absltest.main"), args=updated.args)
         return None
 
     def leave_statement(self, ctx, original, updated):

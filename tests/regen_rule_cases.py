@@ -1,0 +1,23 @@
+"""Rewrite the `after` of every rule case whose translation changed: python tests/regen_rule_cases.py
+
+Review `git diff rules/*/cases` before committing: each changed `after` is a changed claim.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from tern.translate import translate_source
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+
+for family in ("structure", "testing"):
+    for path in sorted((RULES / family / "cases").glob("*.toml")):
+        text = path.read_text()
+        for case in tomllib.loads(text)["case"]:
+            new = translate_source(case["before"], is_test=case.get("is_test", False)).code
+            if new != case["after"]:
+                print(f"changed: {path.relative_to(RULES)} {case['name']}")
+                text = text.replace("after = '''\n" + case["after"] + "'''", "after = '''\n" + new + "'''")
+        path.write_text(text)
