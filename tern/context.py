@@ -72,7 +72,7 @@ class FileContext:
             return record.target
         if kind == "dtype":
             api = self.tables.api.get(source)
-            if api is not None and api.is_name:
+            if api is not None and api.is_name and not api.todo:
                 return api.target
             if "." not in source:
                 return f"jax.numpy.{source}"

@@ -55,6 +55,8 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
                 return Refusal(f"no {kind} mapping for {value!r}")
             return None if target == "None" else ctx.target_expr(target)
         key = node
+        if isinstance(node, cst.Call) and _is_target_side(node.func):
+            return node  # already translated (e.g. by an [[api]] record for an initializer class)
         if isinstance(node, cst.Call) and not node.args:
             key = node.func  # keras.initializers.HeNormal()
         source = ctx.resolve(key)
@@ -63,8 +65,10 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
             if target is None:
                 return Refusal(f"no {kind} mapping for {source}")
             return None if target == "None" else ctx.target_expr(target)
+        if isinstance(node, (cst.Name, cst.Attribute)) and _is_target_side(node):
+            return node  # already translated (``jax.nn.relu`` from ``tf.nn.relu``)
         if kind == "dtype" and isinstance(node, (cst.Name, cst.Attribute)):
-            return node  # already a target-side dtype or a user variable holding one
+            return node  # a user variable holding a dtype
         if kind in ("activation", "initializer") and isinstance(node, (cst.Name, cst.Attribute)):
             return ctx.value_lookup(kind, node)  # a field or variable: map by name at run time
         return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
@@ -72,18 +76,30 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
     return convert
 
 
+def _is_target_side(func: cst.BaseExpression) -> bool:
+    from tern.names import dotted_name
+
+    return (dotted_name(func) or "").startswith(("nn.", "jax.", "jnp.", "functools.partial"))
+
+
 def padding(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     value = _literal(node)
     if isinstance(value, str) and value.lower() in ("same", "valid"):
         return cst.SimpleString(f'"{value.upper()}"')
     if isinstance(value, str) and value.lower() == "causal":
-        return Refusal("causal padding has no flax.linen string form (use explicit pads)")
-    return Refusal(f"padding `{_code(node)}` is not a literal 'same'/'valid'")
+        return cst.SimpleString('"CAUSAL"')  # flax.linen.Conv pads causally by that name
+    if value is _NOT_LITERAL and isinstance(node, (cst.Name, cst.Attribute)):
+        # a variable holding Keras' 'same'/'valid': Flax takes the upper-case names
+        # ('causal' would fail loudly in Flax, not silently)
+        return cst.parse_expression(f"{_code(node)}.upper()")
+    return Refusal(f"padding `{_code(node)}` is not 'same'/'valid'")
 
 
 def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
     def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
         value = _literal(node)
+        if value is None:
+            return None  # Keras' None means "the default": as if not passed
         if isinstance(value, int) and not isinstance(value, bool):
             return cst.parse_expression("(" + ", ".join([str(value)] * n) + ("," if n == 1 else "") + ")")
         if isinstance(value, (tuple, list)) and len(value) == n:

@@ -43,6 +43,12 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
         values = {k: v for k, v in mapped.items()}
         return Stateless(record, values)
     if record.template is not None:
+        for name, value in mapped.items():
+            if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("Sequential")))):
+                return Refusal(
+                    f"`{name}` is a layer with a fused activation or a last-step output (an nn.Sequential); "
+                    "it cannot be nested here: write the wrapped module by hand"
+                )
         module = expand_template(record.template, mapped, ctx, record.signature.defaults)
         if isinstance(module, Refusal):
             return module

@@ -36,6 +36,22 @@ class PackageInfo:
     #: plain functions that build and call training-dependent layers (graph helpers):
     #: they get a ``training`` parameter, and callers pass theirs on
     training_helpers: set[str] = field(default_factory=set)
+    #: class or function name -> names it calls (layer classes, package classes, helpers)
+    calls: dict[str, set[str]] = field(default_factory=dict)
+
+    def reaches(self, name: str, targets: frozenset[str]) -> bool:
+        """Whether ``name`` calls any of ``targets``, directly or through package code."""
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            called = self.calls.get(current, set())
+            if called & targets:
+                return True
+            todo.extend(called)
+        return False
 
     def is_module_class(self, name: str) -> bool:
         return name in self.classes
@@ -107,6 +123,10 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     except SyntaxError:
         return
     for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            info.calls[node.name] = {
+                _base_tail(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)
+            } - {""}
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
             info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))

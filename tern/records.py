@@ -22,7 +22,8 @@ class Signature:
 
     ``params`` is the source signature in positional order. ``rename`` maps a source
     parameter to a target keyword (``"-"`` drops it: only for arguments with no effect,
-    such as ``name``). ``unsupported`` parameters, when passed, leave the call as written
+    such as ``name``); a ``*name`` entry takes the remaining positional arguments, which
+    stay positional. ``unsupported`` parameters, when passed, leave the call as written
     with a TODO carrying the reason. ``defaults`` are target keywords written out when the
     source default differs from the target's. ``convert`` names a value converter.
     """
@@ -33,7 +34,6 @@ class Signature:
     unsupported: dict[str, str] = field(default_factory=dict)
     defaults: dict[str, str] = field(default_factory=dict)
     convert: dict[str, str] = field(default_factory=dict)
-    star_args: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class ApiRecord:
     Either ``target`` (a call with mapped arguments, or a plain name when ``params`` is
     empty) or ``template`` (an expression with ``{param}`` placeholders; ``[[...]]`` spans
     vanish when a placeholder inside is absent; ``{key}`` asks the context for a PRNG key).
+    A record with ``todo`` is never translated: every use gets a TODO with that reason.
     """
 
     source: str
@@ -50,6 +51,7 @@ class ApiRecord:
     signature: Signature
     target: str | None = None
     template: str | None = None
+    todo: str = ""
     note: str = ""
     origin: str = ""
 
@@ -112,6 +114,11 @@ class LayerRecord:
         return f"layer:{self.source}"
 
     @property
+    def weights_one_to_one(self) -> bool:
+        """Each Keras variable is exactly one Flax array (so variable counts agree)."""
+        return len({w.keras for w in self.weights}) == len(self.weights)
+
+    @property
     def collections(self) -> tuple[str, ...]:
         return tuple(sorted({w.flax.split("/")[0] for w in self.weights}))
 
@@ -152,7 +159,6 @@ def _signature(raw: dict[str, Any]) -> Signature:
         unsupported=dict(raw.get("unsupported", {})),
         defaults={k: str(v) for k, v in raw.get("defaults", {}).items()},
         convert=dict(raw.get("convert", {})),
-        star_args=bool(raw.get("star_args", False)),
     )
 
 
@@ -163,6 +169,7 @@ def _api(raw: dict[str, Any], origin: str) -> ApiRecord:
         signature=_signature(raw),
         target=raw.get("target"),
         template=raw.get("template"),
+        todo=raw.get("todo", ""),
         note=raw.get("note", ""),
         origin=origin,
     )

@@ -82,7 +82,9 @@ def map_arguments(
     for name, value in bound.args.items():
         if name in bookkeeping and name not in sig.params:
             continue
-        if name in sig.unsupported and not _is_none(value):
+        if name in sig.unsupported:
+            if _is_none(value):
+                continue  # passing None is passing nothing
             return Refusal(f"`{name}` is not supported: {sig.unsupported[name]}")
         if sig.rename.get(name) == DROP:
             continue
@@ -102,17 +104,14 @@ def build_call(
     target: cst.BaseExpression, sig: Signature, bound: Bound, mapped: dict[str, cst.BaseExpression],
     ctx: ConvertContext,
 ) -> cst.Call:
-    """A target call: leading params positional (as the source had them), the rest keywords."""
+    """A target call: the leading ``positional`` params positionally while all of them up to
+    there are present (however the source passed them: some targets are positional-only),
+    the rest as keywords."""
     args: list[cst.Arg] = []
-    lead = list(sig.params[: sig.positional])
-    positional_ok = True
-    for name in lead:
-        if name.startswith("*"):
+    for name in sig.params[: sig.positional]:
+        if name.startswith("*") or name not in mapped:
             break
-        if name in mapped and name in bound.positional and positional_ok:
-            args.append(cst.Arg(mapped[name]))
-        else:
-            positional_ok = False
+        args.append(cst.Arg(mapped[name]))
     if bound.variadic:
         # variadic arguments follow the params before them, which were positional too
         args.extend(cst.Arg(v) for v in bound.variadic)
@@ -129,7 +128,7 @@ def build_call(
         if keyword in given_targets or _target_bound_positionally(sig, keyword, mapped):
             continue
         args.append(cst.Arg(ctx.target_expr(value), keyword=cst.Name(keyword)))
-    return cst.Call(func=target, args=_commas(args))
+    return cst.Call(func=target, args=commas(args))
 
 
 def _target_bound_positionally(sig: Signature, keyword: str, mapped) -> bool:
@@ -139,7 +138,7 @@ def _target_bound_positionally(sig: Signature, keyword: str, mapped) -> bool:
     return False
 
 
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
+def commas(args: list[cst.Arg]) -> list[cst.Arg]:
     out = []
     for i, arg in enumerate(args):
         if i < len(args) - 1:
@@ -164,22 +163,33 @@ def _table_name(ctx, kind: str) -> str:
 
 
 class _Substitute(cst.CSTTransformer):
+    """Puts argument code in for placeholders; parenthesizes it only inside operators."""
+
     def __init__(self, values: dict[str, cst.BaseExpression]):
         self.values = values
+        self._bare: set[int] = set()
 
-    def leave_Arg(self, original, updated):
-        if isinstance(updated.value, cst.Name) and updated.value.value in self.values:
-            return updated.with_changes(value=self.values[updated.value.value])
-        return updated
+    def _mark(self, value) -> None:
+        if isinstance(value, cst.Name) and value.value in self.values:
+            self._bare.add(id(value))
 
-    def leave_Element(self, original, updated):
-        if isinstance(updated.value, cst.Name) and updated.value.value in self.values:
-            return updated.with_changes(value=self.values[updated.value.value])
-        return updated
+    def visit_Arg(self, node: cst.Arg) -> None:
+        self._mark(node.value)
+
+    def visit_Element(self, node) -> None:
+        self._mark(node.value)
+
+    def visit_SubscriptElement(self, node: cst.SubscriptElement) -> None:
+        if isinstance(node.slice, cst.Index):
+            self._mark(node.slice.value)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._mark(node.body)
 
     def leave_Name(self, original, updated):
         if updated.value in self.values:
-            return _wrap(self.values[updated.value])
+            value = self.values[updated.value]
+            return value if id(original) in self._bare else _wrap(value)
         return updated
 
 

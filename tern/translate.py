@@ -18,7 +18,7 @@ from tern.layers import Stateless, apply_stateless, call_arguments, construct, s
 from tern.names import Canonicalizer, Scopes, dotted_name, function_scope, import_bindings
 from tern.package import PackageInfo
 from tern.records import ApiRecord, Tables, tables as default_tables
-from tern.render import bind, build_call, code, expand_template, map_arguments
+from tern.render import commas, bind, build_call, code, expand_template, map_arguments
 from tern.report import TODO_MARK, Edit, Todo
 from tern.rule import consumed_names, discover
 from tern.targets import ImportPlan, finalize_imports
@@ -87,6 +87,8 @@ class Translator(cst.CSTTransformer):
         self.rules = [r for r in discover() if r.applies(ctx.is_test)]
         self.consumed = consumed_names()
         self._callees: set[int] = set()
+        self._edit_marks: list[int] = []
+        self._edit_mark = 0
         self._not_refs: set[int] = set()
         self._touched_source = [False]
         self._pending_at: list[int] = []
@@ -154,27 +156,33 @@ class Translator(cst.CSTTransformer):
     # -- calls -------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         self._callees.add(id(node.func))
+        self._edit_marks.append(len(self.ctx.edits))
+
+    def _refuse(self, original: cst.Call, construct: str, reason: str) -> cst.Call:
+        """Leave the call exactly as written: a TODO says so, so nothing inside may change."""
+        del self.ctx.edits[self._edit_mark:]
+        self.ctx.todo(construct, reason)
+        return original
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
+        self._edit_mark = self._edit_marks.pop()
         name = ctx.resolve(original.func)
         if name is not None:
             self._touched_source[-1] = True
             record = ctx.tables.api.get(name)
             if record is not None:
-                return self._apply_api(record, original, updated)
+                return self._apply_api(name, record, original, updated)
             layer = ctx.tables.layers.get(name)
             if layer is not None:
                 built = construct(ctx, layer, updated)
                 if isinstance(built, Refusal):
-                    ctx.todo(_short_name(name), built.reason)
-                    return updated
+                    return self._refuse(original, _short_name(name), built.reason)
                 if isinstance(built, Stateless):
                     ctx.stateless[id(original)] = built
                     lam = stateless_lambda(ctx, built)
                     if isinstance(lam, Refusal):
-                        ctx.todo(_short_name(name), lam.reason)
-                        return updated
+                        return self._refuse(original, _short_name(name), lam.reason)
                     ctx.edit(layer.rule_id, original, lam)
                     return lam
                 ctx.edit(layer.rule_id, original, built)
@@ -218,9 +226,7 @@ class Translator(cst.CSTTransformer):
         if isinstance(args, Refusal):
             ctx.todo(_short_name(record.source) + " call", args.reason)
             return None
-        from tern.render import _commas
-
-        out = updated.with_changes(args=_commas(args))
+        out = updated.with_changes(args=commas(args))
         if code(out) != code(updated):
             ctx.edit(record.rule_id + ":call", original, out)
         return out
@@ -238,26 +244,26 @@ class Translator(cst.CSTTransformer):
             return ctx.keras_class.sublayers.get(func.attr.value)
         return None
 
-    def _apply_api(self, record: ApiRecord, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    def _apply_api(self, name: str, record: ApiRecord, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
-        short = _short_name(record.source)
+        short = _short_name(name)
+        if record.todo:
+            return self._refuse(original, short, record.todo)
         if record.is_name:
-            return updated  # a name record on a callee: handled by leave_Attribute? no: names are not called
+            return updated.with_changes(func=ctx.target_name(record.target))  # e.g. tf.float32(1)
         bound = bind(updated, record.signature.params)
         if isinstance(bound, Refusal):
-            ctx.todo(short, bound.reason)
-            return updated
+            return self._refuse(original, short, bound.reason)
         mapped = map_arguments(record.signature, bound, ctx)
         if isinstance(mapped, Refusal):
-            ctx.todo(short, mapped.reason)
-            return updated
+            return self._refuse(original, short, mapped.reason)
         if record.template is not None:
             out = expand_template(record.template, mapped, ctx, record.signature.defaults)
         else:
             out = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
         if isinstance(out, Refusal):
-            ctx.todo(short, out.reason)
-            return updated
+            return self._refuse(original, short, out.reason)
+        out = _parenthesize(out)
         ctx.edit(record.rule_id, original, out)
         return out
 
@@ -283,12 +289,13 @@ class Translator(cst.CSTTransformer):
             return updated
         self._touched_source[-1] = True
         record = ctx.tables.api.get(name)
+        if record is not None and record.todo:
+            ctx.todo(_short_name(name), record.todo)
+            return updated
         if record is not None and record.target is not None and (record.is_name or _plain(record)):
             out = ctx.target_name(record.target)
             ctx.edit(record.rule_id, original, out)
             return out
-        if record is None and name in ctx.tables.values.keys():
-            pass
         for rule in self.rules:
             if isinstance(original, cst.Attribute):
                 out = rule.leave_attribute(ctx, original, updated)
@@ -296,6 +303,21 @@ class Translator(cst.CSTTransformer):
                     ctx.edit(rule.id, original, out)
                     return out
         return updated
+
+    # -- parentheses we added that are not needed ------------------------------------
+    def leave_Assign(self, original, updated):
+        return updated.with_changes(value=_unparen(original.value, updated.value))
+
+    def leave_Return(self, original, updated):
+        if updated.value is None:
+            return updated
+        return updated.with_changes(value=_unparen(original.value, updated.value))
+
+    def leave_Arg(self, original, updated):
+        return updated.with_changes(value=_unparen(original.value, updated.value))
+
+    def leave_Element(self, original, updated):
+        return updated.with_changes(value=_unparen(original.value, updated.value))
 
     # -- statements and blocks ---------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):
@@ -379,10 +401,36 @@ class Translator(cst.CSTTransformer):
 
 
 def _plain(record: ApiRecord) -> bool:
+    """Safe to pass uncalled (``map_fn(tf.nn.relu, x)``): callers will pass arguments
+    positionally, so only renames of leading positional params are harmless."""
     sig = record.signature
+    lead = set(sig.params[: sig.positional])
     return record.template is None and not sig.defaults and not sig.unsupported and not sig.convert and all(
-        v == k for k, v in sig.rename.items() if v != "-"
+        v == k or k in lead for k, v in sig.rename.items() if v != "-"
     )
+
+
+_ATOMIC = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString,
+    cst.Tuple, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp,
+)
+
+
+def _parenthesize(node: cst.BaseExpression) -> cst.BaseExpression:
+    """A template result may be ``a * b + c``: inside a larger expression it needs parens.
+    ``_Unparen`` takes them off again where the expression stands alone."""
+    if isinstance(node, _ATOMIC) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _unparen(original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+    """Drop parentheses the translation added (the source had none there)."""
+    if isinstance(updated, (cst.Tuple, cst.GeneratorExp, cst.Yield, cst.NamedExpr)):
+        return updated  # there the parentheses are part of the meaning
+    if updated.lpar and not original.lpar and len(updated.lpar) == 1:
+        return updated.with_changes(lpar=[], rpar=[])
+    return updated
 
 
 def _short_name(name: str) -> str:

@@ -175,9 +175,13 @@ def _graft(tree: dict, path: str, subtree: dict) -> None:
         _put(tree, f"{collection}/{rest}" if rest else collection, branch)
 
 
-def port_layer_weights(record: Any, keras_layer: Any) -> dict:
+def port_layer_weights(record: Any, keras_layer: Any, under: str | None = None) -> dict:
     """A Flax variables dict ``{"params": {...}, "batch_stats": {...}}`` from a built
     Keras layer, following ``record.weights``.
+
+    ``under`` nests every collection under a module path: the translation wraps a layer
+    with a fused activation or an ``output`` step in ``nn.Sequential([module, ...])``,
+    whose variables live under ``"layers_0"``.
 
     An entry that matches no variable is skipped (``bias`` of a ``use_bias=False``
     layer); callers compare the result with the Flax ``init`` tree. Raises when an entry
@@ -212,4 +216,7 @@ def port_layer_weights(record: Any, keras_layer: Any) -> dict:
     unused = [p for p, _ in variables if p not in used]
     if unused:
         raise ValueError(f"{record.source}: Keras variables left unmapped: {unused}")
+    if under:
+        for part in reversed(under.split("/")):
+            tree = {collection: {part: branch} for collection, branch in tree.items()}
     return tree

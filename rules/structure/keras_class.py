@@ -494,7 +494,7 @@ class _WeightRewriter(cst.CSTTransformer):
             return updated
         value = updated.value
         if _is_add_weight(original.value):
-            value = self._add_weight(attr, original.value)
+            value = self._add_weight(attr, updated.value)
             if value is None:
                 return updated
         return updated.with_changes(targets=[cst.AssignTarget(cst.Name(attr))], value=value)

@@ -16,7 +16,7 @@ from tern.convert import Refusal
 from tern.layers import apply_stateless, call_arguments
 from tern.modulegen import class_name_for, compact_module
 from tern.records import DROP
-from tern.render import _commas
+from tern.render import commas
 from tern.rule import Rule
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
@@ -122,7 +122,7 @@ class SequentialRule(Rule):
                     args = call_arguments(ctx, record, fake, "training")
                 else:  # a package module: pass the flag on, as Keras does
                     args = [cst.Arg(cst.Name("x")), cst.Arg(cst.Name("training"), keyword=cst.Name("training"))]
-                value = args if isinstance(args, Refusal) else cst.Call(func=n, args=_commas(args))
+                value = args if isinstance(args, Refusal) else cst.Call(func=n, args=commas(args))
             if isinstance(value, Refusal):
                 return value
             body.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("x"))], value)]))

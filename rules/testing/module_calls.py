@@ -88,11 +88,29 @@ def _module_kind(ctx, value: cst.BaseExpression):
         if ctx.package.is_module_class(func.value):
             return func.value
         if func.value in ctx.package.factories:
-            return True
+            return func.value
     name = ctx.resolve(func)
-    if name is not None and (name in ctx.tables.layers or name in ("keras.Sequential", "keras.models.Sequential")):
+    if name is not None and name in ctx.tables.layers:
+        return "layer:" + name
+    if name in ("keras.Sequential", "keras.models.Sequential"):
         return True
     return None
+
+
+def _split_weight_layers(ctx) -> frozenset[str]:
+    """Class names of table layers whose Keras variables map onto several Flax arrays."""
+    return frozenset(
+        name.rsplit(".", 1)[-1] for name, r in ctx.tables.layers.items() if not r.weights_one_to_one
+    )
+
+
+def _counts_may_differ(ctx, kind) -> bool:
+    split = _split_weight_layers(ctx)
+    if isinstance(kind, str) and kind.startswith("layer:"):
+        return kind.rsplit(".", 1)[-1] in split
+    if isinstance(kind, str):
+        return ctx.package.reaches(kind, split)
+    return False
 
 
 def _key(node: cst.BaseExpression) -> str | None:
@@ -166,6 +184,13 @@ class ModuleCallsRule(Rule):
             return None
         attr = original.attr.value
         if attr in LEAVES:
+            if _counts_may_differ(ctx, kind):
+                ctx.todo(
+                    f"keras.Model.{attr}",
+                    "the model holds layers whose Keras variables are split into several Flax arrays "
+                    "(e.g. one kernel per LSTM gate), so variables do not correspond one to one",
+                )
+                return None
             ctx.rule_state["runtime"] = True
             collection = LEAVES[attr]
             args = [cst.Arg(updated.value)]

@@ -1,0 +1,305 @@
+"""The API tables (rules/api/*.toml) against the installed TensorFlow, Keras, JAX, Flax, optax.
+
+Checks, per record:
+* every source symbol and alias exists, and an alias is the very same TF/Keras object;
+* the record's params are the live source signature, in positional order (names TF reads
+  from ``**kwargs`` are accepted when the defining module spells them as a string);
+* every target, and every dotted jax/flax/optax/numpy name in templates and defaults,
+  resolves in the installed library;
+* for target records, every keyword the engine can produce (renames, kept names, defaults)
+  is accepted by the target's signature, and leading positional params fit its positional
+  slots (with matching names where the target slot can also be passed by keyword);
+* templates are valid Python for every choice of optional spans, and use only known params;
+* renames/unsupported/convert/defaults refer to real params and known converters;
+* every non-trivial record explains itself in ``note``.
+
+TensorFlow is imported once at module level (a cost paid once per session).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+import keras  # noqa: E402  (after TF would also work; keras 3 is standalone)
+import tensorflow as tf
+
+from tern.records import DROP, ApiRecord, load_tables
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+API_DIR = RULES / "api"
+CONVERTERS = {"activation", "initializer", "dtype", "padding", "tuple1", "tuple2", "tuple3", "negate"}
+TARGET_ROOTS = ("jax", "flax", "optax", "numpy")
+DOTTED = re.compile(r"(?<![\w.])(?:jax|flax|optax|numpy)(?:\.\w+)+")
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
+
+TABLES = load_tables(RULES)
+MY_FILES = sorted(p.name for p in API_DIR.glob("*.toml"))
+
+
+def _records() -> list[ApiRecord]:
+    seen, out = set(), []
+    for record in TABLES.api.values():
+        if id(record) in seen or not record.origin.startswith("api/"):
+            continue
+        if record.source.startswith(("tensorflow.", "keras.ops.")):
+            seen.add(id(record))
+            out.append(record)
+    return sorted(out, key=lambda r: r.source)
+
+
+RECORDS = _records()
+IDS = [r.source for r in RECORDS]
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def source_object(name: str):
+    parts = name.split(".")
+    if parts[0] == "tensorflow":
+        obj = tf
+    elif parts[0] == "keras":
+        obj = keras
+    else:
+        raise AssertionError(f"{name}: source names start with tensorflow. or keras.ops.")
+    for part in parts[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def target_object(name: str):
+    parts = name.split(".")
+    assert parts[0] in TARGET_ROOTS, f"{name}: targets live in {TARGET_ROOTS}"
+    module = None
+    for i in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+            break
+        except ImportError:
+            continue
+    assert module is not None, f"{name}: no importable module prefix"
+    obj = module
+    for part in parts[i:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def live_params(fn) -> tuple[list[str], bool]:
+    """Parameter names in order (``*args`` included by name) and whether ``**kwargs`` exists."""
+    sig = inspect.signature(fn)
+    names, var_kw = [], False
+    for p in sig.parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        else:
+            names.append(p.name)
+    return names, var_kw
+
+
+def kwargs_names_in_module(fn) -> str:
+    module = inspect.getmodule(inspect.unwrap(fn))
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError):
+        return ""
+
+
+def template_variants(template: str) -> list[str]:
+    """The template with each combination of its [[...]] spans kept or removed."""
+    spans = SPAN.findall(template)
+    variants = []
+    for keep in itertools.product((True, False), repeat=len(spans)):
+        it = iter(keep)
+        variants.append(SPAN.sub(lambda m: m.group(1) if next(it) else "", template))
+    return variants
+
+
+def as_python(text: str) -> str:
+    return PLACEHOLDER.sub(lambda m: f"__p_{m.group(1)}", text)
+
+
+def nontrivial(record: ApiRecord) -> bool:
+    sig = record.signature
+    dropped = [k for k, v in sig.rename.items() if v == DROP and k != "name"]
+    return bool(record.template or sig.defaults or sig.unsupported or dropped or sig.positional == 0)
+
+
+# -- table-level ----------------------------------------------------------------------
+
+
+def test_enough_records():
+    assert len(RECORDS) >= 150, f"only {len(RECORDS)} tf/keras.ops records in rules/api"
+    assert len({r.source for r in RECORDS}) == len(RECORDS)
+
+
+def test_files_present():
+    expected = {
+        "math.toml", "reductions.toml", "shape.toml", "indexing.toml", "nn.toml", "linalg.toml",
+        "fft.toml", "random.toml", "control_flow.toml", "dtypes.toml", "creation.toml", "keras_ops.toml",
+    }
+    assert expected <= set(MY_FILES)
+
+
+def test_tables_load_without_duplicates():
+    # load_tables raises on a name defined twice; loading again from disk proves it.
+    load_tables(RULES)
+
+
+# -- per record -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_source_and_aliases_exist(record: ApiRecord):
+    if record.source.startswith("keras."):
+        assert record.source.startswith("keras.ops."), "keras records here are keras.ops.*"
+    obj = source_object(record.source)
+    for alias in record.aliases:
+        other = source_object(alias)
+        assert other is obj, f"alias {alias} is not the same object as {record.source}"
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_params_match_live_signature(record: ApiRecord):
+    sig = record.signature
+    obj = source_object(record.source)
+    if not sig.params:
+        assert record.template is None and record.target, "a name record has a target and no template"
+        assert not callable(obj) or isinstance(obj, tf.dtypes.DType), f"{record.source} is callable: list its params"
+        return
+    live, var_kw = live_params(obj)
+    listed = [p.lstrip("*") for p in sig.params]  # `*inputs` names the live *inputs
+    head = listed[: len(live)]
+    extra = listed[len(live):]
+    assert head == live[: len(head)], (
+        f"{record.source}: params {listed} do not follow the live signature {live}"
+    )
+    if len(listed) < len(live):
+        missing = live[len(listed):]
+        # the engine refuses unknown keywords, so an unlisted param is only allowed when the
+        # record is deliberately narrowed (variadic sources), and the note must say why
+        assert record.note and any(
+            p.kind is inspect.Parameter.VAR_POSITIONAL
+            for p in inspect.signature(obj).parameters.values()
+        ), f"{record.source}: live params {missing} are not listed"
+    if extra:
+        assert var_kw, f"{record.source}: {extra} are not in the live signature {live}"
+        text = kwargs_names_in_module(obj)
+        for name in extra:
+            assert f"'{name}'" in text or f'"{name}"' in text, (
+                f"{record.source}: {name} is neither a parameter nor a **kwargs key of its module"
+            )
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_keys_refer_to_params(record: ApiRecord):
+    sig = record.signature
+    params = set(sig.params)
+    for what, keys in (("rename", sig.rename), ("unsupported", sig.unsupported), ("convert", sig.convert)):
+        unknown = set(keys) - params
+        assert not unknown, f"{record.source}: {what} names unknown params {sorted(unknown)}"
+    for name, conv in sig.convert.items():
+        assert conv in CONVERTERS, f"{record.source}: unknown converter {conv!r} for {name}"
+    for name, reason in sig.unsupported.items():
+        assert reason.strip(), f"{record.source}: unsupported {name} needs a reason"
+    assert 0 <= sig.positional <= max(len(sig.params), 1)
+    if record.template is not None:
+        assert record.target is None, "a record has a target or a template, not both"
+        # template defaults are values for SOURCE params that were not passed
+        assert set(sig.defaults) <= params, f"{record.source}: template defaults {sorted(sig.defaults)}"
+    else:
+        assert record.target, f"{record.source}: no target and no template"
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_dotted_target_names_resolve(record: ApiRecord):
+    texts = [record.template or ""] + list(record.signature.defaults.values())
+    names = set(DOTTED.findall(" ".join(texts)))
+    if record.target:
+        names.add(record.target)
+    for name in sorted(names):
+        try:
+            target_object(name)
+        except AttributeError as exc:
+            raise AssertionError(f"{record.source}: {name} does not resolve ({exc})") from None
+
+
+@pytest.mark.parametrize("record", [r for r in RECORDS if r.template], ids=[r.source for r in RECORDS if r.template])
+def test_template_is_python(record: ApiRecord):
+    sig = record.signature
+    params = set(sig.params) | {"key"}
+    template = record.template
+    assert not re.search(r"\{table:", template), "table placeholders are not used by API records"
+    for inner in SPAN.findall(template):
+        assert PLACEHOLDER.search(inner), f"{record.source}: span [[{inner}]] has no placeholder"
+    used = set(PLACEHOLDER.findall(template))
+    assert used <= params, f"{record.source}: unknown placeholders {sorted(used - params)}"
+    # every placeholder outside spans must be a param the caller always passes or has a default
+    outside = set(PLACEHOLDER.findall(SPAN.sub("", template))) - {"key"}
+    dropped = {k for k, v in sig.rename.items() if v == DROP} | set(sig.unsupported)
+    if sig.params and sig.params[0] in sig.unsupported:
+        dropped.discard(sig.params[0])  # an always-refused record: the template is never used
+    assert not (outside & dropped), f"{record.source}: dropped/unsupported params used in the template"
+    for variant in template_variants(template):
+        try:
+            ast.parse(as_python(variant), mode="eval")
+        except SyntaxError as exc:
+            raise AssertionError(f"{record.source}: template variant is not Python: {variant!r} ({exc})") from None
+    for name, default in sig.defaults.items():
+        ast.parse(as_python(default), mode="eval")
+
+
+def _accepts_keyword(sig: inspect.Signature, name: str) -> bool:
+    p = sig.parameters.get(name)
+    if p is not None and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+        return True
+    return any(q.kind is inspect.Parameter.VAR_KEYWORD for q in sig.parameters.values())
+
+
+@pytest.mark.parametrize("record", [r for r in RECORDS if r.target and r.signature.params],
+                         ids=[r.source for r in RECORDS if r.target and r.signature.params])
+def test_target_keywords_accepted(record: ApiRecord):
+    sig = record.signature
+    target = target_object(record.target)
+    tsig = inspect.signature(target)
+    tparams = list(tsig.parameters.values())
+    positional_slots = [p for p in tparams if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    has_var_pos = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in tparams)
+    problems = []
+    if sig.positional > len(positional_slots) and not has_var_pos:
+        problems.append(f"positional={sig.positional} but {record.target} has {len(positional_slots)} positional slots")
+    for index, name in enumerate(sig.params):
+        if sig.rename.get(name) == DROP or name in sig.unsupported:
+            continue
+        keyword = sig.rename.get(name, name)
+        if name.startswith("*"):
+            if not has_var_pos:
+                problems.append(f"{name} is variadic but {record.target} takes no *args")
+            continue
+        if index < sig.positional:
+            # emitted positionally when passed positionally; as keyword `keyword` otherwise
+            if index < len(positional_slots):
+                slot = positional_slots[index]
+                deliberate = index == 0 and "uncalled references" in record.note
+                if slot.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and slot.name != keyword and not deliberate:
+                    problems.append(f"{name}: target positional slot {index} is `{slot.name}`, rename it (now `{keyword}`)")
+            continue
+        if not _accepts_keyword(tsig, keyword):
+            problems.append(f"{name} -> `{keyword}=` not accepted by {record.target}{tsig}")
+    for keyword in sig.defaults:
+        if not _accepts_keyword(tsig, keyword):
+            problems.append(f"default `{keyword}=` not accepted by {record.target}")
+    assert not problems, f"{record.source}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_nontrivial_records_have_notes(record: ApiRecord):
+    if nontrivial(record):
+        assert len(record.note.strip()) >= 15, f"{record.source}: explain the mapping in `note`"
