@@ -42,6 +42,8 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
     if record.apply is not None:
         values = {k: v for k, v in mapped.items()}
         return Stateless(record, values)
+    if record.output_unless:
+        mapped = {k: v for k, v in mapped.items() if k != record.output_unless}  # it chose the output
     if record.template is not None:
         for name, value in mapped.items():
             if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("Sequential")))):
@@ -100,6 +102,12 @@ def call_arguments(
     bound = bind(call, params)
     if isinstance(bound, Refusal):
         return bound
+    for name, template in record.call_defaults.items():
+        if name not in bound.args:
+            value = expand_template(template, bound.args, ctx, strict=False)
+            if isinstance(value, Refusal):
+                return value
+            bound = Bound({**bound.args, name: value}, bound.positional)
     args: list[cst.Arg] = []
     for i, name in enumerate(params):
         if name not in bound.args:

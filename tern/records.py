@@ -90,6 +90,8 @@ class LayerRecord:
     ``call`` maps Keras call keywords to Flax ones as templates (``"-"`` drops them);
     ``training`` there is also injected when the caller did not pass it, because Keras
     propagates the outer call's training flag and Flax needs it explicitly.
+    ``call_defaults`` give an absent call argument a value from the others (Keras' MHA
+    ``key`` defaults to ``value``).
     """
 
     source: str
@@ -103,6 +105,7 @@ class LayerRecord:
     call_params: tuple[str, ...] = ("inputs",)
     call: dict[str, str] = field(default_factory=dict)
     call_unsupported: dict[str, str] = field(default_factory=dict)
+    call_defaults: dict[str, str] = field(default_factory=dict)
     init_caveats: dict[str, str] = field(default_factory=dict)
     activation: str | None = None
     weights: tuple[WeightMapEntry, ...] = ()
@@ -188,6 +191,7 @@ def _layer(raw: dict[str, Any], origin: str) -> LayerRecord:
         call_params=tuple(raw.get("call_params", ("inputs",))),
         call=dict(raw.get("call", {})),
         call_unsupported=dict(raw.get("call_unsupported", {})),
+        call_defaults=dict(raw.get("call_defaults", {})),
         init_caveats=dict(raw.get("init_caveats", {})),
         activation=raw.get("activation"),
         weights=tuple(WeightMapEntry(**w) for w in raw.get("weights", ())),

@@ -15,6 +15,7 @@ LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "b
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _TABLE = re.compile(r"\{table:(\w+)\}")
+_SUPPORT = re.compile(r"\{support:(\w+)\}")
 _SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
 
 
@@ -162,6 +163,11 @@ def _table_name(ctx, kind: str) -> str:
     return value_table_name(kind)
 
 
+def _support_name(ctx, name: str) -> str:
+    ctx.support.add(name)
+    return name
+
+
 class _Substitute(cst.CSTTransformer):
     """Puts argument code in for placeholders; parenthesizes it only inside operators."""
 
@@ -194,18 +200,32 @@ class _Substitute(cst.CSTTransformer):
 
 
 def expand_template(
-    template: str, values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None
+    template: str | list[str], values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None,
+    *, strict: bool = True,
 ) -> cst.BaseExpression | Refusal:
     """Fill ``{param}`` placeholders with argument code; ``[[...]]`` spans need all theirs.
+
+    A list of templates is a list of alternatives: the first whose required placeholders
+    are all given is used (``tf.scan`` with and without ``initializer``). A conditional
+    expression whose test came out as a literal ``True``/``False`` is folded.
 
     Target names in the template are respelled (``jax.numpy`` -> ``jnp``) before the
     user's argument code goes in, so user code is never rewritten by accident.
     """
+    if isinstance(template, list):
+        refusal = Refusal("no template alternative fits the given arguments")
+        for alternative in template:
+            out = expand_template(alternative, values, ctx, defaults, strict=strict)
+            if not isinstance(out, Refusal):
+                return out
+            refusal = out
+        return refusal
     defaults = defaults or {}
+    given = set(values)
     values = dict(values)
     for name, default in defaults.items():
         if name not in values:
-            filled = expand_template(default, values, ctx) if "{" in default else ctx.target_expr(default)
+            filled = expand_template(default, values, ctx, strict=False) if "{" in default else ctx.target_expr(default)
             if isinstance(filled, Refusal):
                 return filled
             values[name] = filled
@@ -216,7 +236,12 @@ def expand_template(
         return inner if all(n in values or n == "key" for n in needed) else ""
 
     text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), template)
+    text = _SUPPORT.sub(lambda mt: _support_name(ctx, mt.group(1)), text)
     text = _SPAN.sub(span, text)
+    if strict:
+        unused = sorted(n for n in given if "{" + n + "}" not in text)
+        if unused:  # an argument the translation would silently lose
+            return Refusal(f"argument `{unused[0]}` has no place in the translation")
     missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
     if missing:
         return Refusal(f"required argument `{missing[0]}` not given")
@@ -228,4 +253,16 @@ def expand_template(
     placeholders = {n: f"__tern_{n}__" for n in _PLACEHOLDER.findall(text)}
     skeleton_text = _PLACEHOLDER.sub(lambda m: placeholders[m.group(1)], text)
     skeleton = ctx.target_expr(skeleton_text)
-    return skeleton.visit(_Substitute({placeholders[n]: values[n] for n in placeholders}))
+    filled = skeleton.visit(_Substitute({placeholders[n]: values[n] for n in placeholders}))
+    return filled.visit(_FoldLiteralConditions())
+
+
+class _FoldLiteralConditions(cst.CSTTransformer):
+    """``a if True else b`` -> ``a`` (templates branch on arguments that are often literals)."""
+
+    def leave_IfExp(self, original, updated):
+        test = updated.test
+        if isinstance(test, cst.Name) and test.value in ("True", "False"):
+            chosen = updated.body if test.value == "True" else updated.orelse
+            return chosen.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else chosen
+        return updated

@@ -484,6 +484,10 @@ def todos_in(text: str) -> list[Todo]:
     return out
 
 
+def _defines(module: cst.Module, name: str) -> bool:
+    return any(isinstance(s, (cst.ClassDef, cst.FunctionDef)) and s.name.value == name for s in module.body)
+
+
 def _insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Module:
     body = list(module.body)
     at = 0
@@ -510,8 +514,12 @@ def translate_module(
         tables=tables, package=package or PackageInfo(), scopes=Scopes({}, canonical), plan=plan, is_test=is_test,
     )
     out = module.visit(Translator(ctx))
-    if ctx.value_tables:
-        out = _insert_after_imports(out, [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)])
+    generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
+    for name in sorted(ctx.support):
+        if not _defines(out, name):  # a rerun on translated code finds it already there
+            generated += ctx.support_statements(name)
+    if generated:
+        out = _insert_after_imports(out, generated)
 
     # the first statement's comments live in the module header
     header = {line.comment.value for line in out.header if line.comment is not None}

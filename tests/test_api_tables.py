@@ -112,6 +112,13 @@ def kwargs_names_in_module(fn) -> str:
         return ""
 
 
+def alternatives(record) -> list[str]:
+    """A record's template(s): a list of templates is a list of alternatives."""
+    if record.template is None:
+        return []
+    return list(record.template) if isinstance(record.template, list) else [record.template]
+
+
 def template_variants(template: str) -> list[str]:
     """The template with each combination of its [[...]] spans kept or removed."""
     spans = SPAN.findall(template)
@@ -220,7 +227,7 @@ def test_keys_refer_to_params(record: ApiRecord):
 
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_dotted_target_names_resolve(record: ApiRecord):
-    texts = [record.template or ""] + list(record.signature.defaults.values())
+    texts = alternatives(record) + list(record.signature.defaults.values())
     names = set(DOTTED.findall(" ".join(texts)))
     if record.target:
         names.add(record.target)
@@ -235,7 +242,11 @@ def test_dotted_target_names_resolve(record: ApiRecord):
 def test_template_is_python(record: ApiRecord):
     sig = record.signature
     params = set(sig.params) | {"key"}
-    template = record.template
+    for template in alternatives(record):
+        _check_template(record, sig, params, template)
+
+
+def _check_template(record, sig, params, template):
     assert not re.search(r"\{table:", template), "table placeholders are not used by API records"
     for inner in SPAN.findall(template):
         assert PLACEHOLDER.search(inner), f"{record.source}: span [[{inner}]] has no placeholder"

@@ -43,7 +43,7 @@ KNOWN_KEYS = {
     "source", "aliases", "params", "positional", "rename", "unsupported", "defaults", "convert",
     "star_args", "target", "apply", "call_params", "call", "activation", "weights", "note",
     # proposed schema additions (see rules/layers/recurrent.toml header and the report)
-    "template", "output", "init_caveats", "call_unsupported",
+    "template", "output", "init_caveats", "call_unsupported", "call_defaults",
 }
 NAMESPACE = {"flax": flax, "nn": nn, "jnp": jnp, "jax": jax, "functools": functools, "np": np}
 
