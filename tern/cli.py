@@ -66,12 +66,12 @@ def migrate(
     from tern.runner import migrate as run
 
     if in_place and out_dir is not None:
-        err.print("[red]error:[/] --in-place and --out exclude each other")
+        sys.stderr.write("error: --in-place and --out exclude each other\n")
         raise typer.Exit(2)
     try:
         report = run(path, out_dir, in_place=in_place, dry_run=dry_run, jobs=jobs, progress=_progress(err))
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/] no such file or directory: {exc}")
+        sys.stderr.write(f"error: no such file or directory: {exc}\n")
         raise typer.Exit(2)
     if dry_run:
         for f in report.files:
@@ -87,7 +87,7 @@ def migrate(
     for f in report.files:
         if f.status == "error":
             where = source / f.path if source.is_dir() else source
-            err.print(f"[red]error:[/] {where}:{f.error_line}: {f.error}")
+            sys.stderr.write(f"error: {where}:{f.error_line}: {f.error}\n")  # one plain line: tools parse it
     if not quiet:
         console = err if dry_run else out
         console.print(_summary(report))

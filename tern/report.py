@@ -26,7 +26,8 @@ class Todo:
     line: int = 0
 
     def comment(self) -> str:
-        return f"# {TODO_MARK}: {self.construct}: {self.reason}"
+        text = " ".join(f"{self.construct}: {self.reason}".split())  # one line, whatever the source spans
+        return f"# {TODO_MARK}: {text}"
 
 
 Status = Literal["translated", "residue", "unchanged", "copied", "error"]

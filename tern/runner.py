@@ -58,13 +58,14 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        return FileResult(job.rel, "error", error=f"does not parse as Python: {exc.message} (column {exc.raw_column + 1})", error_line=exc.raw_line), raw
+        line, message = _python_syntax_error(text, job.rel, exc)
+        return FileResult(job.rel, "error", error=f"does not parse as Python: {message}", error_line=line), raw
     except RecursionError:
         return FileResult(job.rel, "error", error="nesting too deep for the parser", error_line=0), raw
     try:
         result = translate_module(module, is_test=is_test_path(job.rel), package=job.package)
     except Exception as exc:  # a bug in a rule: report it for this file, go on with the rest
-        return FileResult(job.rel, "error", error=f"internal error in tern ({type(exc).__name__}: {exc}); the file is copied unchanged"), raw
+        return FileResult(job.rel, "error", error=f"internal error in tern ({type(exc).__name__}: {exc}); the file is copied unchanged", error_line=1), raw
     if result.code == text:
         status = "residue" if result.todos else "unchanged"
     else:
@@ -78,6 +79,17 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
             )
         )
     return FileResult(job.rel, status, edits=result.edits, todos=result.todos, diff=diff), result.code.encode("utf-8")
+
+
+def _python_syntax_error(text: str, rel: str, exc: cst.ParserSyntaxError) -> tuple[int, str]:
+    """Line and message as CPython reports them (LibCST's native parser can be a line off)."""
+    try:
+        compile(text, rel, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return error.lineno or exc.raw_line, f"{error.msg} (line {error.lineno}, column {error.offset})"
+    except ValueError as error:  # NUL bytes
+        return 1, str(error)
+    return exc.raw_line, exc.message
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -187,8 +187,6 @@ def finalize_imports(
                 f"still used by untranslated code ({', '.join(still)}); see the TODOs below",
             )
         kept.append(stmt)
-    if kept and removed and not module.header and kept[0].leading_lines:
-        kept[0] = kept[0].with_changes(leading_lines=[l for l in kept[0].leading_lines if l.comment is not None])
     added: list[str] = []
     new_imports = []
     for name, alias in sorted(plan.needed.items()):
@@ -197,6 +195,9 @@ def finalize_imports(
         stmt = _import_statement(name, alias)
         new_imports.append(stmt)
         added.append(cst.Module([]).code_for_node(stmt).strip())
+    if kept and removed and not new_imports and not module.header and kept[0].leading_lines:
+        # the removed import was first: do not start the file with blank lines
+        kept[0] = kept[0].with_changes(leading_lines=[l for l in kept[0].leading_lines if l.comment is not None])
     if new_imports:
         at = 0
         for i, stmt in enumerate(kept):

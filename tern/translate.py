@@ -190,6 +190,8 @@ class Translator(cst.CSTTransformer):
         layer_call = self._layer_call(original, updated)
         if layer_call is not None:
             updated = layer_call
+            if not isinstance(updated, cst.Call):
+                return updated  # inlined (Identity, Cropping...): nothing left for call rules
         for rule in self.rules:
             out = rule.leave_call(ctx, original, updated)
             if out is not None:
@@ -474,13 +476,17 @@ _TODO_LINE = re.compile(r"#\s*TODO\(tern\):\s*(?P<construct>[^:]+):\s*(?P<reason
 def todos_in(text: str) -> list[Todo]:
     """TODOs as they stand in the output, with their line numbers (the report's source)."""
     out = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
         if TODO_MARK not in line:
             continue
         match = _TODO_LINE.search(line)
         if match:
-            # the TODO is about the next code line
-            out.append(Todo(match["construct"].strip(), match["reason"].strip(), lineno + 1))
+            # the TODO is about the next line that is not itself a comment
+            code_at = index + 1
+            while code_at < len(lines) and lines[code_at].lstrip().startswith("#"):
+                code_at += 1
+            out.append(Todo(match["construct"].strip(), match["reason"].strip(), code_at + 1))
     return out
 
 

@@ -34,31 +34,6 @@ def identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def gate(x: np.ndarray, index: int, count: int) -> np.ndarray:
-    """Part ``index`` of ``count`` equal parts of the last axis.
-
-    Keras RNN cells fuse their gates along the last axis (LSTM: i, f, c, o; GRU: z, r,
-    h); Flax cells keep one Dense per gate.
-    """
-    size = x.shape[-1] // count
-    if size * count != x.shape[-1]:
-        raise ValueError(f"last axis {x.shape[-1]} does not split into {count} gates")
-    return x[..., index * size : (index + 1) * size]
-
-
-def row_gate(x: np.ndarray, row: int, index: int, count: int) -> np.ndarray:
-    """``gate`` of row ``row``: Keras GRU (``reset_after=True``) keeps its input bias
-    in row 0 and its recurrent bias in row 1 of a ``(2, 3 * units)`` bias."""
-    return gate(x[row], index, count)
-
-
-def sum_rows_gate(x: np.ndarray, index: int, count: int) -> np.ndarray:
-    """``gate`` of the sum of the rows. Keras GRU adds input and recurrent biases
-    before the update and reset gates; Flax ``GRUCell`` has one bias there (on ``ir``
-    and ``iz``), so the two are folded together."""
-    return gate(x.sum(axis=0), index, count)
-
-
 def depthwise(x: np.ndarray) -> np.ndarray:
     """Keras depthwise kernel ``(*window, in, multiplier)`` to a Flax grouped
     ``Conv`` kernel ``(*window, 1, in * multiplier)``.
@@ -88,9 +63,6 @@ def flip_spatial(x: np.ndarray) -> np.ndarray:
 
 TRANSFORMS: dict[str, Callable[..., np.ndarray]] = {
     "identity": identity,
-    "gate": gate,
-    "row_gate": row_gate,
-    "sum_rows_gate": sum_rows_gate,
     "depthwise": depthwise,
     "reshape": reshape,
     "transpose": transpose,
@@ -119,7 +91,7 @@ LAYER_TRANSFORMS: dict[str, Callable[..., dict]] = {"sublayer": sublayer}
 
 
 def parse_transform(spec: str) -> tuple[str, tuple[Any, ...]]:
-    """``"gate:1,4"`` -> ``("gate", (1, 4))``; ``""`` -> ``("identity", ())``."""
+    """``"reshape:2,-1"`` -> ``("reshape", (2, -1))``; ``""`` -> ``("identity", ())``."""
     if not spec:
         return "identity", ()
     name, _, rest = spec.partition(":")

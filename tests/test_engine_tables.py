@@ -34,7 +34,8 @@ def test_template_tables_exist():
     tables = load_tables()
     kinds = {k for k, _ in tables.values}
     for record in tables.api.values():
-        for kind in re.findall(r"\{table:(\w+)\}", record.template or ""):
+        templates = record.template if isinstance(record.template, list) else [record.template or ""]
+        for kind in re.findall(r"\{table:(\w+)\}", " ".join(templates)):
             assert kind in kinds, (record.source, kind)
 
 
