@@ -113,7 +113,9 @@ def call_arguments(
         if name not in bound.args:
             continue
         value = bound.args[name]
-        if name in record.call_unsupported and not m.matches(value, m.Name("None")):
+        if m.matches(value, m.Name("None")) and name != "training":
+            continue  # passing None is passing nothing
+        if name in record.call_unsupported:
             return Refusal(f"call argument `{name}`: {record.call_unsupported[name]}")
         template = record.call.get(name)
         if template is None:

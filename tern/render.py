@@ -89,6 +89,8 @@ def map_arguments(
             return Refusal(f"`{name}` is not supported: {sig.unsupported[name]}")
         if sig.rename.get(name) == DROP:
             continue
+        if _is_none(value) and (sig.rename.get(name, name) in sig.defaults or name in sig.defaults):
+            continue  # TF's None means its default, which the record writes out
         converter = sig.convert.get(name)
         if converter is not None:
             converted = CONVERTERS[converter](value, ctx)
@@ -233,7 +235,7 @@ def expand_template(
     def span(match: re.Match) -> str:
         inner = match.group(1)
         needed = _PLACEHOLDER.findall(inner)
-        return inner if all(n in values or n == "key" for n in needed) else ""
+        return inner if all(n in values or n == "key" for n in needed) else ""  # {key}: always available
 
     text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), template)
     text = _SUPPORT.sub(lambda mt: _support_name(ctx, mt.group(1)), text)
@@ -245,7 +247,7 @@ def expand_template(
     missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
     if missing:
         return Refusal(f"required argument `{missing[0]}` not given")
-    if "{key}" in text:
+    if "{key}" in text and "key" not in values:  # a param named `key` (MHA) is not the PRNG key
         key = ctx.rng_key()
         if isinstance(key, Refusal):
             return key

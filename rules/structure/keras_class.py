@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -174,7 +176,30 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
             )
     if "call" not in methods:
         info.refusal = info.refusal or "no `call` method"
+    if info.build_assigned:
+        for name, method in methods.items():
+            if name in ("__init__", "build", "call"):
+                continue
+            used = sorted({attr for attr in _self_attrs_used(method) if attr in info.build_assigned})
+            if used:
+                info.refusal = info.refusal or (
+                    f"`{name}` uses `self.{used[0]}`, created in `build`: a compact Flax module has its "
+                    "weights only inside `__call__`; inline the method into `call` or port by hand"
+                )
     return info
+
+
+def _self_attrs_used(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, attr: cst.Attribute) -> None:
+            name = _self_attr(attr)
+            if name is not None:
+                found.add(name)
+
+    node.visit(V())
+    return found
 
 
 def _collection(call: cst.Call) -> str:
@@ -471,6 +496,23 @@ class _RenameSelfAttrs(cst.CSTTransformer):
         return updated
 
 
+_FAN_INIT = re.compile(r"^(nn\.initializers\.(?:glorot|he|lecun)_(?:uniform|normal))\(\)$")
+
+
+def _keras_fans(init_code: str, shape: cst.BaseExpression | None) -> str | None:
+    """Keras computes the fans of a 1-D weight as (n, n); JAX's fan-based initializers need
+    2-D shapes, so a literal 1-D shape draws one row of an (n, n) matrix: same fans, same
+    distribution."""
+    match = _FAN_INIT.match(init_code)
+    if match is None or not isinstance(shape, cst.Tuple):
+        return init_code
+    if len(shape.elements) == 1:
+        return f"lambda key, shape, dtype=jnp.float32: {init_code}(key, (shape[0], shape[0]), dtype)[0]"
+    if len(shape.elements) == 0:
+        return None
+    return init_code
+
+
 def _strip_doc(stmts):
     out = list(stmts)
     if out and m.matches(out[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
@@ -522,6 +564,12 @@ class _WeightRewriter(cst.CSTTransformer):
             self.refusal = f"`add_weight` initializer: {init.reason if init else 'none'}"
             return None
         init_code = code(init)
+        init_code = _keras_fans(init_code, args.get("shape"))
+        if init_code is not None and "jnp." in init_code:
+            self.ctx.plan.spell("jax.numpy")
+        if init_code is None:
+            self.refusal = "`add_weight` of a scalar with a fan-based initializer (Keras uses fans of 1; JAX refuses)"
+            return None
         dtype_code = ""
         if dtype is not None:
             converted = CONVERTERS["dtype"](dtype, self.ctx)
