@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -63,7 +64,9 @@ class FileContext:
         return self.scopes.resolve(node)
 
     def target_expr(self, text: str) -> cst.BaseExpression:
-        return respell(cst.parse_expression(text), self.plan)
+        node, modules = _parsed_target(text, self.plan.modules)
+        self.plan.needed.update(modules)
+        return node
 
     def target_name(self, dotted: str) -> cst.BaseExpression:
         return self.plan.spell_node(dotted)
@@ -147,6 +150,14 @@ class FileContext:
         todo = Todo(construct, reason)
         if todo not in self.pending:
             self.pending.append(todo)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_target(text: str, modules) -> tuple[cst.BaseExpression, tuple[tuple[str, str], ...]]:
+    """Parse and respell target code once per process (LibCST nodes are immutable)."""
+    plan = ImportPlan(modules)
+    node = respell(cst.parse_expression(text), plan)
+    return node, tuple(plan.needed.items())
 
 
 def value_table_name(kind: str) -> str:

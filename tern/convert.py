@@ -123,8 +123,19 @@ def negate(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     return cst.UnaryOperation(operator=cst.Not(), expression=node)
 
 
+_ACTIVATION = _by_table("activation")
+
+
+def cell_activation(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+    """An activation field whose default is not the identity (RNN cells): ``None`` and
+    ``"linear"`` become ``jax.nn.identity``, not a dropped argument."""
+    out = _ACTIVATION(node, ctx)
+    return ctx.target_expr("jax.nn.identity") if out is None else out
+
+
 CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = {
-    "activation": _by_table("activation"),
+    "activation": _ACTIVATION,
+    "cell_activation": cell_activation,
     "initializer": _by_table("initializer"),
     "dtype": _by_table("dtype"),
     "padding": padding,

@@ -143,21 +143,54 @@ def function_scope(node: cst.FunctionDef | cst.Lambda) -> tuple[set[str], dict[s
     return visitor.names, visitor.imports
 
 
+def source_import_names(source: str) -> frozenset[str]:
+    """Every local name any import in the file binds to a TF/Keras path (cheap ``ast`` scan).
+
+    Names outside this set can never resolve, so most lookups end before any scope work.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in SOURCE_ROOTS:
+                    out.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module.split(".")[0] in SOURCE_ROOTS:
+                out.update(alias.asname or alias.name for alias in node.names)
+    return frozenset(out)
+
+
 class Scopes:
-    """A stack of scopes; resolves the head of a dotted name through it."""
+    """A stack of scopes; resolves the head of a dotted name through it.
 
-    def __init__(self, module_imports: dict[str, str], canonical: Canonicalizer):
-        self._stack: list[tuple[set[str], dict[str, str]]] = [(set(), module_imports)]
+    A function's bound names are computed lazily, the first time a name that could be a
+    TF import is looked up inside it: most functions never need it.
+    """
+
+    def __init__(self, module_imports: dict[str, str], canonical: Canonicalizer, candidates: frozenset[str] | None = None):
+        self._stack: list[list] = [[set(), module_imports, None]]
         self._canonical = canonical
+        self._candidates = candidates
 
-    def push(self, bound: set[str], imports: dict[str, str]) -> None:
-        self._stack.append((bound, imports))
+    def push_function(self, node: cst.FunctionDef | cst.Lambda) -> None:
+        self._stack.append([None, None, node])
 
     def pop(self) -> None:
         self._stack.pop()
 
     def lookup(self, head: str) -> str | None:
-        for bound, imports in reversed(self._stack):
+        if self._candidates is not None and head not in self._candidates:
+            return None
+        for frame in reversed(self._stack):
+            if frame[0] is None:
+                frame[0], frame[1] = function_scope(frame[2])
+            bound, imports = frame[0], frame[1]
             if head in imports:
                 return imports[head]
             if head in bound:
@@ -170,6 +203,8 @@ class Scopes:
         if name is None:
             return None
         head, _, rest = name.partition(".")
+        if self._candidates is not None and head not in self._candidates:
+            return None
         full = self.lookup(head)
         if full is None or full.split(".", 1)[0] not in SOURCE_ROOTS:
             return None

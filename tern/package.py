@@ -36,6 +36,8 @@ class PackageInfo:
     #: plain functions that build and call training-dependent layers (graph helpers):
     #: they get a ``training`` parameter, and callers pass theirs on
     training_helpers: set[str] = field(default_factory=set)
+    #: every function (any depth) that calls ``Model(...)``/``Sequential(...)``
+    model_builders: set[str] = field(default_factory=set)
     #: class or function name -> names it calls (layer classes, package classes, helpers)
     calls: dict[str, set[str]] = field(default_factory=dict)
 
@@ -122,6 +124,9 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         tree = ast.parse(source)
     except SyntaxError:
         return
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_model(node):
+            info.model_builders.add(node.name)
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             info.calls[node.name] = {

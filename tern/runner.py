@@ -63,7 +63,7 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
     except RecursionError:
         return FileResult(job.rel, "error", error="nesting too deep for the parser", error_line=0), raw
     try:
-        result = translate_module(module, is_test=is_test_path(job.rel), package=job.package)
+        result = translate_module(module, is_test=is_test_path(job.rel), package=job.package, source=text)
     except Exception as exc:  # a bug in a rule: report it for this file, go on with the rest
         return FileResult(job.rel, "error", error=f"internal error in tern ({type(exc).__name__}: {exc}); the file is copied unchanged", error_line=1), raw
     if result.code == text:

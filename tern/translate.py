@@ -15,8 +15,8 @@ import libcst as cst
 from tern.context import FileContext, FunctionFrame, LayerRef
 from tern.convert import Refusal
 from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.names import Canonicalizer, Scopes, dotted_name, function_scope, import_bindings
-from tern.package import PackageInfo
+from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, source_import_names
+from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.records import ApiRecord, Tables, tables as default_tables
 from tern.render import commas, bind, build_call, code, expand_template, map_arguments
 from tern.report import TODO_MARK, Edit, Todo
@@ -101,7 +101,7 @@ class Translator(cst.CSTTransformer):
                 for small in stmt.body:
                     if isinstance(small, (cst.Import, cst.ImportFrom)):
                         imports.update(import_bindings(small))
-        self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical)
+        self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical, self.ctx.scopes._candidates)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._not_refs.add(id(node.name))
@@ -111,8 +111,7 @@ class Translator(cst.CSTTransformer):
         self._touched_source.append(False)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        bound, imports = function_scope(node)
-        self.ctx.scopes.push(bound, imports)
+        self.ctx.scopes.push_function(node)
         self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
         for rule in self.rules:
@@ -120,8 +119,7 @@ class Translator(cst.CSTTransformer):
         self._touched_source.append(False)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
-        bound, imports = function_scope(node)
-        self.ctx.scopes.push(bound, imports)
+        self.ctx.scopes.push_function(node)
 
     def leave_Lambda(self, original, updated):
         self.ctx.scopes.pop()
@@ -308,18 +306,16 @@ class Translator(cst.CSTTransformer):
 
     # -- parentheses we added that are not needed ------------------------------------
     def leave_Assign(self, original, updated):
-        return updated.with_changes(value=_unparen(original.value, updated.value))
+        return _unparen_value(original, updated)
 
     def leave_Return(self, original, updated):
-        if updated.value is None:
-            return updated
-        return updated.with_changes(value=_unparen(original.value, updated.value))
+        return updated if updated.value is None else _unparen_value(original, updated)
 
     def leave_Arg(self, original, updated):
-        return updated.with_changes(value=_unparen(original.value, updated.value))
+        return _unparen_value(original, updated)
 
     def leave_Element(self, original, updated):
-        return updated.with_changes(value=_unparen(original.value, updated.value))
+        return _unparen_value(original, updated)
 
     # -- statements and blocks ---------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):
@@ -426,6 +422,14 @@ def _parenthesize(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
+def _unparen_value(original, updated):
+    """``updated`` with its value's added parentheses dropped (untouched values: same node)."""
+    if updated.value is original.value or not updated.value.lpar:
+        return updated
+    value = _unparen(original.value, updated.value)
+    return updated if value is updated.value else updated.with_changes(value=value)
+
+
 def _unparen(original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
     """Drop parentheses the translation added (the source had none there)."""
     if isinstance(updated, (cst.Tuple, cst.GeneratorExp, cst.Yield, cst.NamedExpr)):
@@ -511,13 +515,19 @@ def _insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.M
 
 def translate_module(
     module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
-    tables: Tables | None = None,
+    tables: Tables | None = None, source: str | None = None,
 ) -> Translation:
     tables = tables or default_tables()
     plan = ImportPlan(tables.modules)
     canonical = Canonicalizer(tables.canonical)
+    source = module.code if source is None else source
+    if package is None:  # a lone file is its own package
+        package = PackageInfo()
+        scan_source(source, "", package, training_layer_names())
+        close_over_bases(package)
     ctx = FileContext(
-        tables=tables, package=package or PackageInfo(), scopes=Scopes({}, canonical), plan=plan, is_test=is_test,
+        tables=tables, package=package, scopes=Scopes({}, canonical, source_import_names(source)),
+        plan=plan, is_test=is_test,
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
@@ -547,4 +557,4 @@ def translate_module(
 
 def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None) -> Translation:
     """Translate one file's source text (raises ``libcst.ParserSyntaxError`` if unparsable)."""
-    return translate_module(cst.parse_module(source), is_test=is_test, package=package)
+    return translate_module(cst.parse_module(source), is_test=is_test, package=package, source=source)

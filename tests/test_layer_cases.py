@@ -8,10 +8,18 @@ One process, TensorFlow and JAX both imported. For every case:
   is set to fresh random values (positive for variances); the ``flax`` expression is
   evaluated, initialized, and its variables are REPLACED by
   ``tern.weights.port_layer_weights(record, keras_layer)`` after checking that the ported
-  tree has exactly the structure and shapes ``init`` produced; then outputs are compared in
+  tree has exactly the structure and shapes ``init`` produced (optional ``leaves = n``:
+  the Keras layer and the flax init tree both hold exactly ``n`` arrays; optional
+  ``same_init = ["bias"]``: those Keras variables, as Keras initialized them, equal the
+  flax init values, for deterministic initializers); then outputs are compared in
   inference mode (``training=False`` where the layer has one) with rtol = atol = 1e-5
   (float32) unless the case states its own tolerances. TODO cases with a ``port_flax``
   expression check their weight map against that hand-written flax module.
+
+Templates may name a support definition (``{support:KerasLSTMCell}``, rules/support/):
+the translation then carries its definition, so the numeric check evaluates ``flax`` in
+the namespace of the executed translated module (``port_flax`` of TODO cases: with the
+support files executed as written).
 
 The flax call keywords come from the record's ``call`` templates applied to the case's
 ``call`` keywords, so the numeric check exercises the table data itself. A fused
@@ -25,7 +33,9 @@ import ast
 import functools
 import os
 import re
+import sys
 import tomllib
+import types
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -169,6 +179,34 @@ def _wrapped(record, case: dict) -> bool:
     return False
 
 
+def _namespace(case: dict) -> dict:
+    """Where ``flax`` / ``port_flax`` is evaluated: NAMESPACE plus the definitions the
+    translation generated (support classes), or, for TODO cases, the support files."""
+    module = types.ModuleType(f"tern_case_{case['id']}")  # flax dataclasses need a real module
+    sys.modules[module.__name__] = module
+    module.__dict__.update(NAMESPACE)
+    if case["flax"] != "TODO":
+        code = translate_source(f"import tensorflow as tf\nlayer = {case['keras']}\n").code
+        exec(compile(code, f"<translation of {case['id']}>", "exec"), module.__dict__)  # noqa: S102
+    else:
+        for path in sorted((RULES / "support").glob("*.py")):
+            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)  # noqa: S102
+    return module.__dict__
+
+
+def _check_same_init(record, name: str, fresh: dict, init_vars, under: str | None) -> None:
+    """The Keras variable ``name`` as Keras initialized it equals the flax ``init`` value at
+    its mapped path (for deterministic initializers: zeros, ones, unit_forget_bias)."""
+    entry = next(e for e in record.weights if e.keras == name)
+    assert not entry.transform, f"same_init needs a 1:1 entry, {name!r} has {entry.transform!r}"
+    (keras_value,) = [v for p, v in fresh.items() if p.split("/")[-1] == name]
+    collection, *parts = entry.flax.split("/")
+    node = init_vars[collection]
+    for part in ([under] if under else []) + parts:
+        node = node[part]
+    np.testing.assert_array_equal(np.asarray(node), keras_value)
+
+
 NUMERIC = [c for c in CASES if c["flax"] != "TODO" or "port_flax" in c]
 
 
@@ -178,11 +216,12 @@ def test_numeric(case):
     xs = _inputs(case)
     layer = eval(case["keras"], {"tf": tf, "np": np})  # noqa: S307
     _keras_call(case, layer, xs)  # build
+    fresh = {v.path: np.array(v.numpy()) for v in layer.weights}  # as Keras initialized them
     _randomize(layer)
     expected = np.asarray(_keras_call(case, layer, xs))
 
     text = case["flax"] if case["flax"] != "TODO" else case["port_flax"]
-    flax_obj = eval(text, NAMESPACE)  # noqa: S307
+    flax_obj = eval(text, _namespace(case))  # noqa: S307
     args = [list(map(jnp.asarray, xs))] if case.get("list_input") else [jnp.asarray(x) for x in xs]
 
     if isinstance(flax_obj, nn.Module):
@@ -194,6 +233,11 @@ def test_numeric(case):
         assert _shapes(ported) == _shapes(init_vars), (
             f"ported tree differs from init:\nported {_shapes(ported)}\ninit   {_shapes(init_vars)}"
         )
+        if "leaves" in case:  # variable counts agree without any bookkeeping
+            assert len(layer.weights) == case["leaves"], [v.path for v in layer.weights]
+            assert len(jax.tree_util.tree_leaves(init_vars)) == case["leaves"], _shapes(init_vars)
+        for name in case.get("same_init", ()):
+            _check_same_init(record, name, fresh, init_vars, under)
         ported = jax.tree_util.tree_map(jnp.asarray, ported)
         actual = flax_obj.apply(ported, *args, **kwargs)
     else:

@@ -17,7 +17,9 @@ import importlib
 import inspect
 import os
 import re
+import sys
 import tomllib
+import types
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -61,8 +63,13 @@ RAW_IDS = [r["source"].rsplit(".", 1)[-1] for r in RAW]
 
 
 def _resolve(dotted: str):
-    """Import the longest module prefix of ``dotted`` and getattr the rest."""
+    """Import the longest module prefix of ``dotted`` and getattr the rest
+    (``support.NAME`` is the class of ``rules/support/NAME.py``)."""
     parts = dotted.split(".")
+    if parts[0] == "support" and len(parts) == 2:
+        if parts[1] not in SUPPORT or SUPPORT[parts[1]] is None:
+            raise ImportError(f"rules/support/{parts[1]}.py does not define {parts[1]}")
+        return SUPPORT[parts[1]]
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
@@ -87,14 +94,33 @@ def _own_params(fn) -> list[str]:
     ]
 
 
-def _placeholders(text: str) -> set[str]:
+def _placeholders(text: str | list[str]) -> set[str]:
+    """Placeholders of a template (of all alternatives of a template list)."""
+    if isinstance(text, list):
+        return set().union(*map(_placeholders, text))
     return set(re.findall(r"\{(\w+)\}", text))
 
 
 def _as_python(template: str) -> str:
-    """A template as parseable Python: ``[[...]]`` spans kept, placeholders as names."""
+    """A template as parseable Python: ``[[...]]`` spans kept, placeholders as names,
+    ``{support:NAME}`` as ``support.NAME``."""
     text = template.replace("[[", "").replace("]]", "")
+    text = re.sub(r"\{support:(\w+)\}", r"support.\1", text)
     return re.sub(r"\{(\w+)\}", r"__\1__", text)
+
+
+def _support_classes() -> dict[str, type]:
+    """``rules/support/NAME.py`` executed as written (with its own imports): NAME -> class."""
+    out = {}
+    for path in sorted((RULES / "support").glob("*.py")):
+        module = types.ModuleType(f"tern_support_{path.stem}")  # flax dataclasses need a real module
+        sys.modules[module.__name__] = module
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)  # noqa: S102
+        out[path.stem] = getattr(module, path.stem, None)
+    return out
+
+
+SUPPORT = _support_classes()
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -108,12 +134,17 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-TARGET_ROOTS = ("flax.", "jax.", "functools.", "numpy.")
+TARGET_ROOTS = ("flax.", "jax.", "functools.", "numpy.", "support.")
 
 
-def _check_expression(text: str, where: str) -> None:
+def _check_expression(text: str | list[str], where: str) -> None:
     """Every dotted target name exists; every keyword of a call to a target callable is
-    in its signature (``functools.partial(f, kw=...)`` checks ``f``)."""
+    in its signature (``functools.partial(f, kw=...)`` checks ``f``). A list is a list of
+    template alternatives: each is checked."""
+    if isinstance(text, list):
+        for alternative in text:
+            _check_expression(alternative, where)
+        return
     tree = ast.parse(_as_python(text), mode="eval")
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
@@ -235,6 +266,15 @@ def test_flax_names_and_keywords_exist(raw):
         assert set(raw["output"]) <= {"template", "unless"}
         assert _placeholders(raw["output"]["template"]) == {"outputs"}
         _check_expression(raw["output"]["template"], where)
+
+
+@pytest.mark.parametrize("name", sorted(SUPPORT))
+def test_support_file_defines_its_name(name):
+    """``{support:NAME}`` inserts rules/support/NAME.py and writes NAME: the file must
+    define a class of that name, and every support file must be used by some template."""
+    assert isinstance(SUPPORT[name], type), f"rules/support/{name}.py does not define class {name}"
+    used = any("{support:" + name + "}" in p.read_text(encoding="utf-8") for p in RULES.rglob("*.toml"))
+    assert used, f"rules/support/{name}.py is used by no table"
 
 
 @pytest.mark.parametrize("raw", RAW, ids=RAW_IDS)

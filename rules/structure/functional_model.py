@@ -77,6 +77,8 @@ class FunctionalModelRule(Rule):
                 name = ctx.resolve(assign.value.func)
                 if name in ctx.tables.layers:
                     frame.layers[assign.targets[0].target.value] = LayerRef(record=ctx.tables.layers[name])
+        if node.name.value not in ctx.package.model_builders:
+            return  # the package pre-pass saw no Model(...) call in it: skip the walk
         if _calls_in(node.body, ctx, INPUTS) and _calls_in(node.body, ctx, MODELS):
             frame.tags.add("functional")
             frame.training = "training"

@@ -10,6 +10,9 @@ the recurrent matmul (keras/src/layers/rnn/gru.py, ``build`` and ``call``). This
 those params under those names, so variable counts, checkpoints and the initialization
 agree with Keras, for both variants.
 
+An initializer of None is what Keras' ``add_weight(initializer=None)`` does: glorot_uniform
+(so ``recurrent_initializer=None`` is glorot_uniform, not orthogonal; a 1-D bias has fans (n, n)).
+
 The carry is the state array ``h`` (flax GRUCell's layout; Keras' state list holds just
 ``h``). Translations insert this definition into the output file
 (``{support:KerasGRUCell}`` in a template); this docstring and the imports are not copied.
@@ -28,9 +31,9 @@ class KerasGRUCell(flax.linen.RNNCellBase):
     activation: typing.Callable[..., typing.Any] = jax.numpy.tanh
     recurrent_activation: typing.Callable[..., typing.Any] = jax.nn.sigmoid
     use_bias: bool = True
-    kernel_init: typing.Callable[..., typing.Any] = flax.linen.initializers.glorot_uniform()
-    recurrent_kernel_init: typing.Callable[..., typing.Any] = flax.linen.initializers.orthogonal()
-    bias_init: typing.Callable[..., typing.Any] = flax.linen.initializers.zeros_init()
+    kernel_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.glorot_uniform()
+    recurrent_kernel_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.orthogonal()
+    bias_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.zeros_init()
     reset_after: bool = True
     param_dtype: typing.Any = jax.numpy.float32
 
@@ -38,12 +41,12 @@ class KerasGRUCell(flax.linen.RNNCellBase):
     def __call__(self, carry, inputs):
         h = carry
         units = self.features
-        kernel = self.param("kernel", self.kernel_init, (inputs.shape[-1], 3 * units), self.param_dtype)
-        recurrent_kernel = self.param("recurrent_kernel", self.recurrent_kernel_init, (units, 3 * units), self.param_dtype)
+        kernel = self.param("kernel", self.kernel_init or self.keras_default_init, (inputs.shape[-1], 3 * units), self.param_dtype)
+        recurrent_kernel = self.param("recurrent_kernel", self.recurrent_kernel_init or self.keras_default_init, (units, 3 * units), self.param_dtype)
         bias = None
         if self.use_bias:
             shape = (2, 3 * units) if self.reset_after else (3 * units,)
-            bias = self.param("bias", self.bias_init, shape, self.param_dtype)
+            bias = self.param("bias", self.bias_init or self.keras_default_init, shape, self.param_dtype)
         x = inputs @ kernel
         if bias is not None:
             x = x + (bias[0] if self.reset_after else bias)
@@ -63,6 +66,13 @@ class KerasGRUCell(flax.linen.RNNCellBase):
             candidate = self.activation(x_h + (r * h) @ recurrent_kernel[:, 2 * units :])
         h = z * h + (1 - z) * candidate
         return h, h
+
+    @staticmethod
+    def keras_default_init(key, shape, dtype):
+        """Keras ``add_weight(initializer=None)``: glorot_uniform, a 1-D shape ``(n,)`` with fans ``(n, n)``."""
+        if len(shape) == 1:
+            return flax.linen.initializers.glorot_uniform()(key, (shape[0], shape[0]), dtype)[0]
+        return flax.linen.initializers.glorot_uniform()(key, shape, dtype)
 
     @flax.linen.nowrap
     def initialize_carry(self, rng, input_shape):

@@ -7,6 +7,9 @@ forget-gate bias starting at 1 (``unit_forget_bias=True``, the default). This ce
 those three params under those names, so variable counts, checkpoints and the
 initialization agree with Keras (keras/src/layers/rnn/lstm.py, ``build`` and ``call``).
 
+An initializer of None is what Keras' ``add_weight(initializer=None)`` does: glorot_uniform
+(so ``recurrent_initializer=None`` is glorot_uniform, not orthogonal; a 1-D bias has fans (n, n)).
+
 The carry is Keras' state list as a tuple, ``(h, c)`` (flax LSTMCell carries ``(c, h)``).
 Translations insert this definition into the output file (``{support:KerasLSTMCell}`` in
 a template); this docstring and the imports are not copied.
@@ -25,9 +28,9 @@ class KerasLSTMCell(flax.linen.RNNCellBase):
     activation: typing.Callable[..., typing.Any] = jax.numpy.tanh
     recurrent_activation: typing.Callable[..., typing.Any] = jax.nn.sigmoid
     use_bias: bool = True
-    kernel_init: typing.Callable[..., typing.Any] = flax.linen.initializers.glorot_uniform()
-    recurrent_kernel_init: typing.Callable[..., typing.Any] = flax.linen.initializers.orthogonal()
-    bias_init: typing.Callable[..., typing.Any] = flax.linen.initializers.zeros_init()
+    kernel_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.glorot_uniform()
+    recurrent_kernel_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.orthogonal()
+    bias_init: typing.Callable[..., typing.Any] | None = flax.linen.initializers.zeros_init()
     unit_forget_bias: bool = True
     param_dtype: typing.Any = jax.numpy.float32
 
@@ -35,20 +38,21 @@ class KerasLSTMCell(flax.linen.RNNCellBase):
     def __call__(self, carry, inputs):
         h, c = carry
         units = self.features
-        kernel = self.param("kernel", self.kernel_init, (inputs.shape[-1], 4 * units), self.param_dtype)
-        recurrent_kernel = self.param("recurrent_kernel", self.recurrent_kernel_init, (units, 4 * units), self.param_dtype)
+        kernel = self.param("kernel", self.kernel_init or self.keras_default_init, (inputs.shape[-1], 4 * units), self.param_dtype)
+        recurrent_kernel = self.param("recurrent_kernel", self.recurrent_kernel_init or self.keras_default_init, (units, 4 * units), self.param_dtype)
         z = inputs @ kernel + h @ recurrent_kernel
         if self.use_bias:
 
             def bias_init(key, shape, dtype):
+                init = self.bias_init or self.keras_default_init
                 if not self.unit_forget_bias:
-                    return self.bias_init(key, shape, dtype)
+                    return init(key, shape, dtype)
                 # Keras: bias_initializer for i, ones for f, bias_initializer for c and o
                 key_i, key_co = jax.random.split(key)
                 return jax.numpy.concatenate([
-                    self.bias_init(key_i, (units,), dtype),
+                    init(key_i, (units,), dtype),
                     jax.numpy.ones((units,), dtype),
-                    self.bias_init(key_co, (2 * units,), dtype),
+                    init(key_co, (2 * units,), dtype),
                 ])
 
             z = z + self.param("bias", bias_init, (4 * units,), self.param_dtype)
@@ -59,6 +63,13 @@ class KerasLSTMCell(flax.linen.RNNCellBase):
         o = self.recurrent_activation(z_o)
         h = o * self.activation(c)
         return (h, c), h
+
+    @staticmethod
+    def keras_default_init(key, shape, dtype):
+        """Keras ``add_weight(initializer=None)``: glorot_uniform, a 1-D shape ``(n,)`` with fans ``(n, n)``."""
+        if len(shape) == 1:
+            return flax.linen.initializers.glorot_uniform()(key, (shape[0], shape[0]), dtype)[0]
+        return flax.linen.initializers.glorot_uniform()(key, shape, dtype)
 
     @flax.linen.nowrap
     def initialize_carry(self, rng, input_shape):
