@@ -57,6 +57,10 @@ class SequentialRule(Rule):
     def leave_call(self, ctx, original, updated):
         if ctx.resolve(original.func) not in SEQUENTIAL:
             return None
+        frame = ctx.frame
+        if _list_variable(original) is not None and frame is not None and not frame.in_module_method:
+            frame.tags.add("sequential")
+            return None  # a layer list built at run time: leave_function builds a module class
         pairs = _elements(ctx, original, updated)
         if isinstance(pairs, Refusal):
             ctx.todo("keras.Sequential", pairs.reason)
@@ -84,20 +88,27 @@ class SequentialRule(Rule):
             return None
         out = []
         changed = False
+        lists = {_list_variable(c) for c in map(lambda st: _sequential_value(ctx, st), stmts) if c is not None} - {None}
+        specs = None
+        if lists:
+            new, specs = _inputs_out_of_lists(ctx, stmts, new, lists)
         for o, n in zip(stmts, new):
             call_o = _sequential_value(ctx, o)
             if call_o is None:
                 out.append(n)
                 continue
             call_n = n.body[0].value
-            built = self._module(ctx, original.name.value, call_o, call_n)
+            if _list_variable(call_o) is not None:
+                built = self._dynamic_module(ctx, original.name.value, call_o, specs)
+            else:
+                built = self._module(ctx, original.name.value, call_o, call_n)
             if isinstance(built, Refusal):
                 ctx.todo("keras.Sequential", built.reason)
                 out.append(n)
                 continue
-            cls, name = built
+            cls, instance = built
             out.append(cls)
-            out.append(n.with_changes(body=[n.body[0].with_changes(value=cst.Call(func=cst.Name(name)))]))
+            out.append(n.with_changes(body=[n.body[0].with_changes(value=instance)]))
             changed = True
         if not changed:
             return None
@@ -127,7 +138,100 @@ class SequentialRule(Rule):
                 return value
             body.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("x"))], value)]))
         body.append(cst.parse_statement("return x\n"))
-        return compact_module(ctx, cls_name, ["inputs"], body, f"Keras Sequential model from `{fn_name}`, as a Flax module."), cls_name
+        cls = compact_module(ctx, cls_name, ["inputs"], body, f"Keras Sequential model from `{fn_name}`, as a Flax module.")
+        return cls, cst.Call(func=cst.Name(cls_name))
+
+    def _dynamic_module(self, ctx, fn_name, call_o, specs):
+        """``Sequential(layers)`` over a list built at run time: the layers become a field and
+        the call dispatches the training flag by layer type, as Keras does implicitly."""
+        name_arg = next((a.value for a in call_o.args if a.keyword and a.keyword.value == "name"), None)
+        literal = name_arg.evaluated_value if isinstance(name_arg, cst.SimpleString) else None
+        cls_name = class_name_for(fn_name, literal)
+        branches = _training_dispatch(ctx)
+        lines = ["x = inputs\n", "for layer in self.layers:\n", "    if layer is None:\n", "        continue  # keras.Input: Flax infers shapes\n"]
+        keyword = "if"
+        for target, kwarg in branches:
+            lines.append(f"    {keyword} isinstance(layer, {target}):\n        x = layer(x, {kwarg})\n")
+            keyword = "elif"
+        lines.append("    else:\n        x = layer(x)\n" if branches else "    x = layer(x)\n")
+        lines.append("return x\n")
+        body = list(cst.parse_module("".join(lines)).body)
+        from tern.targets import respell
+
+        body = [respell(b, ctx.plan) for b in body]
+        cls = compact_module(ctx, cls_name, ["inputs"], body,
+                             f"Keras Sequential model from `{fn_name}` (a layer list built at run time), as a Flax module.")
+        ctx.plan.spell("typing")
+        field = cst.parse_statement("layers: typing.Any\n")
+        extra = [field]
+        if specs is not None:
+            extra.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name("tern_input_specs"))], specs)]))
+        cls = cls.with_changes(body=cls.body.with_changes(body=[cls.body.body[0], *extra, *cls.body.body[1:]]))
+        layers = call_o.args[0].value
+        instance = cst.Call(func=cst.Name(cls_name), args=[cst.Arg(cst.Call(func=cst.Name("tuple"), args=[cst.Arg(layers)]))])
+        return cls, instance
+
+
+def _training_dispatch(ctx) -> list[tuple[str, str]]:
+    """(flax class, call keyword) for every table layer whose call takes the training flag."""
+    out = {}
+    for record in ctx.tables.layers.values():
+        template = record.call.get("training", DROP)
+        if template == DROP or record.target is None:
+            continue
+        keyword, _, expr = template.partition("=")
+        expr = expr.strip().replace("{training}", "training")
+        out.setdefault(record.target, f"{keyword.strip()}={expr}")
+    return sorted(out.items())
+
+
+def _list_variable(call: cst.Call) -> str | None:
+    if call.args and call.args[0].keyword in (None,) and isinstance(call.args[0].value, cst.Name):
+        return call.args[0].value.value
+    return None
+
+
+def _inputs_out_of_lists(ctx, stmts, new, lists):
+    """``keras.Input(...)`` elements of the layer lists become ``None`` (skipped: Flax infers
+    shapes); the first one's shape and dtype become the model's ``tern_input_specs``."""
+    specs = None
+    out = []
+    for o, n in zip(stmts, new):
+        if not any(_mentions(o, name) for name in lists):
+            out.append(n)
+            continue
+        found = []
+
+        class Replace(cst.CSTTransformer):
+            def leave_Call(self, original, updated):
+                if ctx.resolve(original.func) in INPUTS:
+                    found.append(original)
+                    return cst.Name("None")
+                return updated
+
+        out.append(n.visit(Replace()))
+        if found and specs is None:
+            args = {}
+            for i, arg in enumerate(found[0].args):
+                args[arg.keyword.value if arg.keyword else ("shape", "batch_size", "dtype")[i] if i < 3 else "_"] = arg.value
+            if "shape" in args:
+                specs = cst.Tuple([
+                    cst.Element(args["shape"], comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                    cst.Element(args.get("dtype", cst.SimpleString('"float32"'))),
+                ])
+    return out, specs
+
+
+def _mentions(stmt, name: str) -> bool:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, node):
+            if node.value == name:
+                found.append(node)
+
+    stmt.visit(V())
+    return bool(found)
 
 
 def _sequential_value(ctx, stmt):
