@@ -7,6 +7,8 @@ much less: the module's import aliases, plus which names a function rebinds loca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 SOURCE_ROOTS = ("tensorflow", "keras", "tf_keras")
@@ -143,27 +145,113 @@ def function_scope(node: cst.FunctionDef | cst.Lambda) -> tuple[set[str], dict[s
     return visitor.names, visitor.imports
 
 
-def source_import_names(source: str) -> frozenset[str]:
-    """Every local name any import in the file binds to a TF/Keras path (cheap ``ast`` scan).
+@dataclass
+class SourceFacts:
+    """What one ``ast`` pass over the file tells name resolution (C speed, before LibCST work).
 
-    Names outside this set can never resolve, so most lookups end before any scope work.
+    ``candidates``: every local name an import anywhere binds to a TF/Keras path; other
+    names can never resolve, so most lookups end at once. ``scopes``: each function's and
+    lambda's bound names, queued by signature in source order, so the translator need not
+    walk function bodies again.
     """
+
+    candidates: frozenset[str]
+    scopes: dict[tuple, list[tuple[set[str], dict[str, str]]]]
+
+    def take_scope(self, node: cst.FunctionDef | cst.Lambda):
+        queue = self.scopes.get(_cst_signature(node))
+        return queue.pop(0) if queue else None
+
+
+def _ast_bindings(node) -> dict[str, str]:
+    import ast
+
+    out = {}
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                out[alias.asname] = alias.name
+            else:
+                head = alias.name.split(".")[0]
+                out[head] = head
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+            out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return out
+
+
+def _ast_signature(node) -> tuple:
+    import ast
+
+    args = node.args
+    names = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+    return ("lambda" if isinstance(node, ast.Lambda) else node.name, names)
+
+
+def _cst_signature(node: cst.FunctionDef | cst.Lambda) -> tuple:
+    params = node.params
+    names = tuple(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+    return ("lambda" if isinstance(node, cst.Lambda) else node.name.value, names)
+
+
+def _ast_scope(fn) -> tuple[set[str], dict[str, str]]:
+    """Same answer as ``function_scope`` for the matching LibCST node."""
+    import ast
+
+    args = fn.args
+    bound = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    imports: dict[str, str] = {}
+    stack = list(fn.body) if isinstance(fn.body, list) else [fn.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.update(_ast_bindings(node))
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        stack.extend(ast.iter_child_nodes(node))
+    bound.difference_update(imports)
+    return bound, imports
+
+
+def source_facts(source: str) -> SourceFacts | None:
     import ast
 
     try:
         tree = ast.parse(source)
-    except SyntaxError:
-        return frozenset()
-    out = set()
+    except (SyntaxError, ValueError):
+        return None
+    candidates: set[str] = set()
+    scopes: dict[tuple, list] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in SOURCE_ROOTS:
-                    out.add(alias.asname or alias.name.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module.split(".")[0] in SOURCE_ROOTS:
-                out.update(alias.asname or alias.name for alias in node.names)
-    return frozenset(out)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for local, full in _ast_bindings(node).items():
+                if full.split(".")[0] in SOURCE_ROOTS:
+                    candidates.add(local)
+
+    def visit(node) -> None:  # pre-order, in LibCST's order for the nodes that matter
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            scopes.setdefault(_ast_signature(node), []).append(_ast_scope(node))
+            children = [*getattr(node, "decorator_list", []), *node.args.defaults,
+                        *[d for d in node.args.kw_defaults if d is not None]]
+            children += node.body if isinstance(node.body, list) else [node.body]
+        elif isinstance(node, ast.ClassDef):
+            children = [*node.decorator_list, *node.bases, *node.keywords, *node.body]
+        else:
+            children = list(ast.iter_child_nodes(node))
+        for child in children:
+            visit(child)
+
+    visit(tree)
+    return SourceFacts(frozenset(candidates), scopes)
 
 
 class Scopes:
@@ -173,13 +261,15 @@ class Scopes:
     TF import is looked up inside it: most functions never need it.
     """
 
-    def __init__(self, module_imports: dict[str, str], canonical: Canonicalizer, candidates: frozenset[str] | None = None):
+    def __init__(self, module_imports: dict[str, str], canonical: Canonicalizer, facts: SourceFacts | None = None):
         self._stack: list[list] = [[set(), module_imports, None]]
         self._canonical = canonical
-        self._candidates = candidates
+        self._facts = facts
+        self._candidates = facts.candidates if facts is not None else None
 
     def push_function(self, node: cst.FunctionDef | cst.Lambda) -> None:
-        self._stack.append([None, None, node])
+        known = self._facts.take_scope(node) if self._facts is not None else None
+        self._stack.append([known[0], known[1], node] if known else [None, None, node])
 
     def pop(self) -> None:
         self._stack.pop()

@@ -15,7 +15,7 @@ import libcst as cst
 from tern.context import FileContext, FunctionFrame, LayerRef
 from tern.convert import Refusal
 from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, source_import_names
+from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, source_facts
 from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.records import ApiRecord, Tables, tables as default_tables
 from tern.render import commas, bind, build_call, code, expand_template, map_arguments
@@ -101,7 +101,7 @@ class Translator(cst.CSTTransformer):
                 for small in stmt.body:
                     if isinstance(small, (cst.Import, cst.ImportFrom)):
                         imports.update(import_bindings(small))
-        self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical, self.ctx.scopes._candidates)
+        self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical, self.ctx.scopes._facts)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._not_refs.add(id(node.name))
@@ -526,7 +526,7 @@ def translate_module(
         scan_source(source, "", package, training_layer_names())
         close_over_bases(package)
     ctx = FileContext(
-        tables=tables, package=package, scopes=Scopes({}, canonical, source_import_names(source)),
+        tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
         plan=plan, is_test=is_test,
     )
     out = module.visit(Translator(ctx))

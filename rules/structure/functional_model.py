@@ -22,13 +22,15 @@ INPUTS = {"keras.Input", "keras.layers.Input"}
 MODELS = {"keras.Model", "keras.models.Model"}
 
 
-def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> list[cst.Call]:
-    found = []
+def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
+    """Which of ``names`` the node calls (one walk)."""
+    found: set[str] = set()
 
     class V(cst.CSTVisitor):
         def visit_Call(self, call: cst.Call) -> None:
-            if ctx.resolve(call.func) in names:
-                found.append(call)
+            name = ctx.resolve(call.func)
+            if name in names:
+                found.add(name)
 
     node.visit(V())
     return found
@@ -79,7 +81,8 @@ class FunctionalModelRule(Rule):
                     frame.layers[assign.targets[0].target.value] = LayerRef(record=ctx.tables.layers[name])
         if node.name.value not in ctx.package.model_builders:
             return  # the package pre-pass saw no Model(...) call in it: skip the walk
-        if _calls_in(node.body, ctx, INPUTS) and _calls_in(node.body, ctx, MODELS):
+        called = _calls_in(node.body, ctx, INPUTS | MODELS)
+        if called & INPUTS and called & MODELS:
             frame.tags.add("functional")
             frame.training = "training"
 

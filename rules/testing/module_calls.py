@@ -92,7 +92,7 @@ def _module_kind(ctx, value: cst.BaseExpression):
     name = ctx.resolve(func)
     if name is not None and name in ctx.tables.layers:
         return "layer:" + name
-    if name in ("keras.Sequential", "keras.models.Sequential"):
+    if name in ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model"):
         return True
     return None
 
@@ -121,18 +121,6 @@ def _key(node: cst.BaseExpression) -> str | None:
     return None
 
 
-class _Assignments(cst.CSTVisitor):
-    def __init__(self, ctx):
-        self.ctx = ctx
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        kind = _module_kind(self.ctx, node.value)
-        if kind is None:
-            return
-        for target in node.targets:
-            key = _key(target.target)
-            if key:
-                _modules(self.ctx)[key] = kind
 
 
 class ModuleCallsRule(Rule):
@@ -140,11 +128,18 @@ class ModuleCallsRule(Rule):
     scope = "tests"
     order = 80
 
-    def visit_class(self, ctx, node):
-        node.visit(_Assignments(ctx))
-
-    def visit_function(self, ctx, node):
-        node.visit(_Assignments(ctx))
+    def leave_statement(self, ctx, original, updated):
+        """Remember names bound to modules (``model = MLP()``, ``self.layer = ...``) as the
+        statements go by: later statements, the only ones that can use them, see them."""
+        for small in original.body:
+            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+                kind = _module_kind(ctx, small.value)
+                if kind is not None:
+                    for target in small.targets:
+                        key = _key(target.target)
+                        if key:
+                            _modules(ctx)[key] = kind
+        return None
 
     def _instance(self, ctx, node: cst.BaseExpression):
         key = _key(node)
