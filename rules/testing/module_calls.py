@@ -14,6 +14,8 @@ classes and model-building functions) and from table layers constructed in the t
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -206,9 +208,14 @@ class ModuleCallsRule(Rule):
         ctx.plan.spell("jax")
         ctx.plan.spell("jax.numpy")
         ctx.plan.spell("numpy")
-        runtime = list(cst.parse_module(RUNTIME).body)
+        runtime = list(_runtime())
         runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         return _insert_after_imports(updated, runtime)
+
+
+@functools.cache
+def _runtime() -> tuple[cst.CSTNode, ...]:
+    return tuple(cst.parse_module(RUNTIME).body)
 
 
 class _Put(cst.CSTTransformer):
