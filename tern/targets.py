@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.names import dotted_name, import_bindings
+from tern.names import _ast_scope, dotted_name, import_bindings
 from tern.records import TargetModule
 
 
@@ -94,22 +94,8 @@ def names_in_use(code: str) -> set[str]:
     used: set[str] = set()
 
     def bound_in(fn) -> set[str]:
-        args = fn.args
-        names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-        names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-        body = fn.body if isinstance(fn.body, list) else [fn.body]
-        stack = list(body)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-                continue
-            if isinstance(node, ast.Lambda):
-                continue
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                names.add(node.id)
-            stack.extend(ast.iter_child_nodes(node))
-        return names
+        bound, imports = _ast_scope(fn)  # imports inside the function shadow too
+        return bound | set(imports)
 
     def walk(node, shadow: frozenset[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):

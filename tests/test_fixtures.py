@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tf_free_runner import junit_outcomes  # tests/ is on sys.path (pytest's rootdir insertion)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "tf"
 EXPECTED = ROOT / "fixtures" / "expected"
@@ -58,20 +60,7 @@ def _pytest_json(tmp_path_factory, root: Path, packages: list[str], block_tf: bo
     if block_tf:
         assert result.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
         return json.loads(result.read_text())
-    import xml.etree.ElementTree as ET
-    tests: dict[str, dict[str, str]] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        if case.get("name") == "test_session":
-            continue  # tf.test.TestCase's own inherited method, which pytest collects and skips
-        package = (case.get("classname") or "").split(".")[0]
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
-            elif child.tag == "skipped":
-                outcome = "skipped"
-        tests.setdefault(package, {})[f"{case.get('classname')}::{case.get('name')}"] = outcome
-    return {"tests": tests, "output": proc.stdout[-2000:]}
+    return {"tests": junit_outcomes(junit), "output": proc.stdout[-2000:]}
 
 
 @pytest.fixture(scope="session")

@@ -18,18 +18,38 @@ from pathlib import Path
 
 import os
 
-# JAX's default threefry PRNG compiles for seconds per new shape on CPU; the translated
-# tests do not depend on the random stream, and RBG compiles ~10x faster. Compiled
-# executables are cached on disk so reruns skip XLA.
-os.environ.setdefault("JAX_DEFAULT_PRNG_IMPL", "rbg")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "tern" / "jax"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-for blocked in ("tensorflow", "keras", "tf_keras"):
-    sys.modules[blocked] = None  # any `import tensorflow` now raises ImportError
+def junit_outcomes(junit: Path) -> dict[str, dict[str, str]]:
+    """package -> test id -> "passed" / "skipped" / "failure: ..." from a pytest junit file."""
+    tests: dict[str, dict[str, str]] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.get("name") == "test_session":
+            continue  # tf.test.TestCase's own inherited method, which pytest collects and skips
+        ident = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
+        package = (case.get("classname") or "").split(".")[0]
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        tests.setdefault(package, {})[ident] = outcome
+    return tests
+
+
+def block_tensorflow() -> None:
+    # JAX's default threefry PRNG compiles for seconds per new shape on CPU; the translated
+    # tests do not depend on the random stream, and RBG compiles ~10x faster. Compiled
+    # executables are cached on disk so reruns skip XLA.
+    os.environ.setdefault("JAX_DEFAULT_PRNG_IMPL", "rbg")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "tern" / "jax"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    for blocked in ("tensorflow", "keras", "tf_keras"):
+        sys.modules[blocked] = None  # any `import tensorflow` now raises ImportError
 
 
 def main() -> int:
+    block_tensorflow()
     root, result_path, packages = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
     sys.path.insert(0, str(root))
     imports: dict[str, dict[str, str]] = {}
@@ -55,16 +75,7 @@ def main() -> int:
     ])
     tests: dict[str, dict[str, str]] = {p: {} for p in packages}
     if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            ident = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
-            package = (case.get("classname") or "").split(".")[0]
-            outcome = "passed"
-            for child in case:
-                if child.tag in ("failure", "error"):
-                    outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
-                elif child.tag == "skipped":
-                    outcome = "skipped"
-            tests.setdefault(package, {})[ident] = outcome
+        tests.update(junit_outcomes(junit))
     result_path.write_text(json.dumps({"pytest_exit": int(code), "imports": imports, "tests": tests}, indent=1))
     return 0
 
