@@ -121,9 +121,6 @@ class LayerRecord:
         """Each Keras variable is exactly one Flax array (so variable counts agree)."""
         return len({w.keras for w in self.weights}) == len(self.weights)
 
-    @property
-    def collections(self) -> tuple[str, ...]:
-        return tuple(sorted({w.flax.split("/")[0] for w in self.weights}))
 
 
 @dataclass(frozen=True)
