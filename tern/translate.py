@@ -498,7 +498,7 @@ def _defines(module: cst.Module, name: str) -> bool:
     return any(isinstance(s, (cst.ClassDef, cst.FunctionDef)) and s.name.value == name for s in module.body)
 
 
-def _insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Module:
+def insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Module:
     body = list(module.body)
     at = 0
     for i, stmt in enumerate(body):
@@ -535,7 +535,7 @@ def translate_module(
         if not _defines(out, name):  # a rerun on translated code finds it already there
             generated += ctx.support_statements(name)
     if generated:
-        out = _insert_after_imports(out, generated)
+        out = insert_after_imports(out, generated)
 
     # the first statement's comments live in the module header
     header = {line.comment.value for line in out.header if line.comment is not None}

@@ -250,7 +250,7 @@ def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
     return out
 
 
-def _annotation(param: cst.Param) -> cst.Annotation:
+def _annotation(param: cst.Param) -> str:
     default = param.default
     kind = "typing.Any"
     if isinstance(default, cst.Integer):

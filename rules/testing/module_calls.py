@@ -20,7 +20,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
-from tern.translate import _insert_after_imports
+from tern.translate import insert_after_imports
 
 RUNTIME = '''
 
@@ -210,7 +210,7 @@ class ModuleCallsRule(Rule):
         ctx.plan.spell("numpy")
         runtime = list(_runtime())
         runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return _insert_after_imports(updated, runtime)
+        return insert_after_imports(updated, runtime)
 
 
 @functools.cache
