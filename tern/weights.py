@@ -26,6 +26,14 @@ from typing import Any
 
 import numpy as np
 
+#: reads the array to port for a Keras variable (default: its value; replay ports
+#: gradients through the same map by passing the gradient of each variable)
+ValueOf = Callable[[Any], np.ndarray]
+
+
+def variable_value(variable: Any) -> np.ndarray:
+    return np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
+
 # --------------------------------------------------------------------------------------
 # Array transforms: (array, *args) -> array
 
@@ -74,14 +82,14 @@ TRANSFORMS: dict[str, Callable[..., np.ndarray]] = {
 # Layer transforms: (record, keras_layer, attribute, *args) -> Flax subtree
 
 
-def sublayer(record: Any, keras_layer: Any, attribute: str, *args: Any) -> dict:
+def sublayer(record: Any, keras_layer: Any, attribute: str, *args: Any, value_of: ValueOf | None = None) -> dict:
     """Port the wrapped layer ``getattr(keras_layer, attribute)`` with its own record.
 
     Returns the variables tree of the wrapped layer (collections first), to be grafted
     under the entry's ``flax`` path inside each collection.
     """
     inner = getattr(keras_layer, attribute)
-    return port_layer_weights(record_for(inner), inner)
+    return port_layer_weights(record_for(inner), inner, value_of=value_of)
 
 
 LAYER_TRANSFORMS: dict[str, Callable[..., dict]] = {"sublayer": sublayer}
@@ -147,7 +155,9 @@ def _graft(tree: dict, path: str, subtree: dict) -> None:
         _put(tree, f"{collection}/{rest}" if rest else collection, branch)
 
 
-def port_layer_weights(record: Any, keras_layer: Any, under: str | None = None) -> dict:
+def port_layer_weights(
+    record: Any, keras_layer: Any, under: str | None = None, value_of: ValueOf | None = None
+) -> dict:
     """A Flax variables dict ``{"params": {...}, "batch_stats": {...}}`` from a built
     Keras layer, following ``record.weights``.
 
@@ -166,7 +176,7 @@ def port_layer_weights(record: Any, keras_layer: Any, under: str | None = None) 
     for entry in record.weights:
         name, args = parse_transform(entry.transform)
         if name in LAYER_TRANSFORMS:
-            subtree = LAYER_TRANSFORMS[name](record, keras_layer, entry.keras, *args)
+            subtree = LAYER_TRANSFORMS[name](record, keras_layer, entry.keras, *args, value_of=value_of)
             inner = getattr(keras_layer, entry.keras)
             used.update(v.path for v in inner.weights)
             _graft(tree, entry.flax, subtree)
@@ -183,7 +193,7 @@ def port_layer_weights(record: Any, keras_layer: Any, under: str | None = None) 
             )
         path, variable = hits[0]
         used.add(path)
-        array = np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
+        array = (value_of or variable_value)(variable)
         _put(tree, entry.flax, np.asarray(TRANSFORMS[name](array, *args)))
     unused = [p for p, _ in variables if p not in used]
     if unused:

@@ -1,0 +1,90 @@
+"""Nested values with arrays, as JSON plus an ``.npz`` file (no pickle anywhere).
+
+``pack`` turns lists, tuples, dicts, scalars, ``None`` and arrays into JSON with
+``{"__array__": i}`` placeholders and a list of arrays; ``unpack`` reverses it. Tuples
+are kept apart from lists (``{"__tuple__": [...]}``) because constructor arguments
+such as ``hidden_sizes=(32, 16)`` become Flax dataclass fields, where the difference
+can matter. Anything else is refused with a clear reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+class Unpackable(TypeError):
+    """A value that has no JSON/array form (a layer passed as an argument, a callable)."""
+
+
+def pack(value: Any, arrays: list[np.ndarray], to_array: Callable[[Any], np.ndarray | None] = lambda v: None) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        arrays.append(value)
+        return {"__array__": len(arrays) - 1}
+    if isinstance(value, tuple):
+        return {"__tuple__": [pack(v, arrays, to_array) for v in value]}
+    if isinstance(value, list):
+        return [pack(v, arrays, to_array) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise Unpackable(f"dict with non-string keys: {list(value)[:3]}")
+        return {"__dict__": {k: pack(v, arrays, to_array) for k, v in value.items()}}
+    array = to_array(value)
+    if array is not None:
+        arrays.append(np.asarray(array))
+        return {"__array__": len(arrays) - 1}
+    raise Unpackable(f"cannot record a {type(value).__name__}")
+
+
+def unpack(data: Any, arrays: Any, as_array: Callable[[np.ndarray], Any] = lambda a: a) -> Any:
+    if isinstance(data, list):
+        return [unpack(v, arrays, as_array) for v in data]
+    if isinstance(data, dict):
+        if "__array__" in data:
+            return as_array(arrays[f"a{data['__array__']}"] if not isinstance(arrays, list) else arrays[data["__array__"]])
+        if "__tuple__" in data:
+            return tuple(unpack(v, arrays, as_array) for v in data["__tuple__"])
+        if "__dict__" in data:
+            return {k: unpack(v, arrays, as_array) for k, v in data["__dict__"].items()}
+    return data
+
+
+def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
+    """``(readable path, array index)`` for every array placeholder, in order."""
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in array_paths(v, f"{prefix}[{i}]")]
+    if isinstance(data, dict):
+        if "__array__" in data:
+            return [(prefix or "output", data["__array__"])]
+        if "__tuple__" in data:
+            return array_paths(data["__tuple__"], prefix)
+        if "__dict__" in data:
+            return [p for k, v in data["__dict__"].items() for p in array_paths(v, f"{prefix}[{k!r}]")]
+    return []
+
+
+def write_case(directory: Path, name: str, meta: dict, arrays: list[np.ndarray]) -> None:
+    """``name.npz`` then ``name.json`` (the JSON last: its presence marks a whole case),
+    each written to a temporary name and renamed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.npz.tmp"
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **{f"a{i}": a for i, a in enumerate(arrays)})
+    os.replace(tmp, directory / f"{name}.npz")
+    tmp = directory / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    os.replace(tmp, directory / f"{name}.json")
+
+
+def read_case(directory: Path, name: str) -> tuple[dict, Any]:
+    meta = json.loads((directory / f"{name}.json").read_text())
+    arrays = np.load(directory / f"{name}.npz", allow_pickle=False)
+    return meta, arrays

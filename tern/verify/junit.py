@@ -1,0 +1,38 @@
+"""Run pytest inside a warm worker and read per-test outcomes from its junit file."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def junit_outcomes(junit: Path) -> dict[str, str]:
+    """test id -> "passed" / "skipped" / "failure: ..." / "error: ..." from a junit file."""
+    tests: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.get("name") == "test_session":
+            continue  # tf.test.TestCase's own inherited method, which pytest collects and skips
+        ident = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        tests[ident] = outcome
+    return tests
+
+
+def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
+    """Run ``files`` with pytest in this process; ``{"exit": code, "tests": {...}}``.
+
+    No cache provider and no config file: nothing is written outside ``scratch``, and
+    the user's own pytest configuration cannot change what is run."""
+    import pytest
+
+    junit = scratch / "junit.xml"
+    code = pytest.main([
+        *files, "-q", "-p", "no:cacheprovider", "--rootdir", str(rootdir), "-c", "/dev/null",
+        f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
+    ])
+    return {"exit": int(code), "tests": junit_outcomes(junit) if junit.exists() else {}}

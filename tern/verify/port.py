@@ -1,0 +1,128 @@
+"""Keras side of weight porting: a built layer's variables as *units* the Flax side places.
+
+Runs where Keras is imported (the TF worker). A unit is one Keras layer's ported
+variables, ``{"scope", "path", "layer", "tree"}``:
+
+- built-in Keras layers are ported through their rule record's weight map
+  (``tern.weights``), so kernels are transposed, split or reshaped exactly as the
+  translation's Flax layer expects;
+- a package-defined layer is walked by attribute, which is how the structure rules
+  name Flax submodules (``self.dense1`` -> ``dense1``, list items -> ``name_0``);
+  variables it holds itself (``self.kernel = self.add_weight(...)``) are named after
+  the attribute, as the translation names its ``self.param``;
+- ``Sequential`` and functional models have no attribute names: their layers become
+  units with ``path=None`` that the Flax side places *in order* within their scope.
+
+The Flax side (``graft.py``) checks every placement against the translation's own
+``init`` tree: structure and shapes must agree, nothing may be left over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tern.weights import ValueOf, port_layer_weights, record_for, variable_value
+
+import functools
+
+
+@functools.cache
+def _internal_attributes(base: type) -> frozenset[str]:
+    """Attributes every Keras layer/model has (bookkeeping, not user structure): those
+    of a bare instance of the Keras base class the layer derives from."""
+    names: set[str] = set()
+    for cls in base.__mro__:
+        if cls.__name__ in {"Layer", "Model"} and cls.__module__.split(".")[0] in {"keras", "tf_keras"}:
+            try:
+                names.update(vars(cls()))
+            except Exception:  # noqa: BLE001 - a base that cannot be built bare adds nothing
+                pass
+    return frozenset(names)
+
+
+class PortError(Exception):
+    """The Keras structure cannot be mapped (a variable no walk reaches, an unknown layer)."""
+
+
+def _is_layer(value: Any) -> bool:
+    return hasattr(value, "weights") and hasattr(value, "call") and hasattr(value, "built")
+
+
+def _is_variable(value: Any) -> bool:
+    return hasattr(value, "path") and hasattr(value, "assign") and hasattr(value, "trainable")
+
+
+def _is_container(layer: Any) -> bool:
+    """Keras ``Sequential`` or functional ``Model`` (not a user subclass)."""
+    name = type(layer).__name__
+    module = type(layer).__module__
+    return name in {"Sequential", "Functional"} and (module.startswith("keras") or module.startswith("tf_keras"))
+
+
+def _has_record(layer: Any) -> bool:
+    module = type(layer).__module__
+    if not (module.startswith("keras") or module.startswith("tf_keras")):
+        return False
+    try:
+        record_for(layer)
+    except KeyError:
+        return False
+    return True
+
+
+def keras_units(layer: Any, value_of: ValueOf | None = None) -> list[dict]:
+    """Every variable of ``layer`` as units (see module docstring); raises PortError
+    when some variable is reached by no unit."""
+    walk = _Walk(value_of or variable_value)
+    walk.layer(layer, "", "")
+    missing = [v.path for v in layer.weights if id(v) not in walk.reached]
+    if missing:
+        raise PortError(f"variables that no attribute of a package layer reaches: {missing}")
+    return walk.units
+
+
+class _Walk:
+    def __init__(self, value_of: ValueOf):
+        self.value_of = value_of
+        self.units: list[dict] = []
+        self.seen: set[int] = set()  # layers already walked (a shared layer lives at its first path)
+        self.reached: set[int] = set()  # variables some unit holds
+
+    def layer(self, layer: Any, scope: str, path: str) -> None:
+        if id(layer) in self.seen:
+            return
+        self.seen.add(id(layer))
+        name = type(layer).__name__
+        if _has_record(layer):
+            if layer.weights:
+                tree = port_layer_weights(record_for(layer), layer, value_of=self.value_of)
+                self.units.append({"scope": scope, "path": path or None, "layer": name, "tree": tree})
+                self.reached.update(id(v) for v in layer.weights)
+            return
+        if _is_container(layer):
+            for sub in layer.layers:
+                self.layer(sub, path or scope, "")
+            return
+        own: dict[str, dict] = {}
+        for attr, value in list(vars(layer).items()):
+            if attr in _internal_attributes(type(layer)) or attr.startswith("_self_"):
+                continue
+            child = f"{path}/{attr}" if path else attr
+            if _is_variable(value):
+                collection = "params" if value.trainable else "batch_stats"
+                own.setdefault(collection, {})[attr] = np.asarray(self.value_of(value))
+                self.reached.add(id(value))
+            elif _is_layer(value):
+                self.layer(value, child, child)
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if _is_layer(item):
+                        self.layer(item, f"{child}_{i}", f"{child}_{i}")
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if _is_layer(item):
+                        self.layer(item, f"{child}_{key}", f"{child}_{key}")
+        if own:
+            self.units.append({"scope": path, "path": path, "layer": name, "tree": own, "own": True})

@@ -1,0 +1,357 @@
+"""TF worker task: run the original tests under a recorder of package-layer calls.
+
+For every *top-level* call of a layer or model that the package defines (a class, or a
+model a package function builds), the recorder keeps: how to construct it again (the
+class and its constructor arguments, or the factory and its arguments), its variables
+as ported units (``port.py``), its inputs with ``training``/``mask``, and its outputs.
+For float inputs it also keeps gradients of ``sum(outputs * cotangent)`` with respect to
+inputs and trainable variables. Nested calls are covered by their outermost call (a
+nested layer inherits ``training`` from Keras's call context, which a replay could not
+reproduce faithfully).
+
+The recorder re-runs each call itself (under a ``GradientTape``, twice) and restores
+every variable afterwards, so the test sees the state it would have seen without it.
+Two re-runs that differ mark the call *stochastic* (dropout in training, sampling):
+it is counted, not recorded, since no replay could match it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.junit import run_pytest
+from tern.verify.port import PortError, keras_units
+
+COTANGENT_SEED = 1234
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def _to_numpy(value: Any) -> np.ndarray | None:
+    tf = _tf()
+    if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "numpy") and hasattr(value, "dtype"):
+        return np.asarray(value.numpy())
+    return None
+
+
+class Recorder:
+    """Holds the patches and what they captured; ``close`` undoes every patch."""
+
+    def __init__(self, out: Path, package: str, max_per_target: int = 3):
+        self.out = out
+        self.package = package
+        self.max_per_target = max_per_target
+        self.cases: list[dict] = []  # {"id", "target", ...} summaries
+        self.skipped: dict[str, dict[str, int]] = {}  # target -> reason -> count
+        self.per_target: dict[str, int] = {}
+        self.seen: set[str] = set()
+        self.depth = 0
+        self.replaying = False
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    # -- patching ---------------------------------------------------------------------
+
+    def _patch(self, owner: Any, name: str, value: Any) -> None:
+        self._undo.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def close(self) -> None:
+        for owner, name, old in reversed(self._undo):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self._undo.clear()
+
+    def install(self, modules: list[Any], layer_bases: list[type]) -> None:
+        """Tag instances of package classes and models built by package functions, and
+        record calls of tagged layers."""
+        classes: set[type] = set()
+        for module in modules:
+            for attr, value in list(vars(module).items()):
+                if getattr(value, "__module__", None) != module.__name__:
+                    continue
+                if isinstance(value, type) and any(issubclass(value, b) for b in layer_bases):
+                    if "<locals>" not in value.__qualname__:
+                        classes.add(value)
+                elif callable(value) and not isinstance(value, type) and hasattr(value, "__code__"):
+                    self._patch(module, attr, self._factory_wrapper(module.__name__, attr, value))
+        for base in layer_bases:
+            for cls in base.__mro__:
+                if "__call__" in cls.__dict__ and cls.__module__.split(".")[0] in {"keras", "tf_keras"}:
+                    self._patch(cls, "__call__", self._call_wrapper(cls.__dict__["__call__"]))
+                    break
+        # Constructor arguments are taken in ``__new__``, which sees them exactly as given
+        # (wrapping ``__init__`` would change the signature Keras inspects for its config).
+        for cls in classes:
+            self._patch(cls, "__new__", staticmethod(self._new_wrapper(cls, cls.__new__)))
+
+    def _new_wrapper(self, owner: type, new: Any):
+        def __new__(cls, *args, **kwargs):
+            instance = new(cls, *args, **kwargs)
+            if cls is owner:
+                origin = {"kind": "class", "module": cls.__module__, "name": cls.__qualname__}
+                try:
+                    origin["args"] = pack(list(args), [], _never)
+                    origin["kwargs"] = pack(dict(kwargs), [], _never)
+                except Unpackable as exc:
+                    origin["unpackable"] = f"constructor arguments: {exc}"
+                instance.__dict__["_tern_origin"] = origin  # bypass Keras attribute tracking
+            return instance
+
+        return __new__
+
+    def _factory_wrapper(self, module: str, name: str, fn: Any):
+        def factory(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            if hasattr(result, "weights") and hasattr(result, "call") and "_tern_origin" not in result.__dict__:
+                origin = {"kind": "factory", "module": module, "name": name}
+                try:
+                    origin["args"] = pack(list(args), [], _never)
+                    origin["kwargs"] = pack(dict(kwargs), [], _never)
+                except Unpackable as exc:
+                    origin["unpackable"] = f"factory arguments: {exc}"
+                result.__dict__["_tern_origin"] = origin
+            return result
+
+        factory.__wrapped__ = fn
+        return factory
+
+    def _call_wrapper(self, call: Any):
+        recorder = self
+
+        def __call__(layer, *args, **kwargs):
+            origin = layer.__dict__.get("_tern_origin")
+            if origin is None or recorder.replaying or recorder.depth:
+                return call(layer, *args, **kwargs)
+            recorder.depth += 1
+            try:
+                outputs = call(layer, *args, **kwargs)
+            finally:
+                recorder.depth -= 1
+            try:
+                recorder.record(call, layer, origin, args, kwargs)
+            except Exception:  # noqa: BLE001 - a recorder failure must never fail the user's test
+                recorder.skip(origin, "recorder error: " + traceback.format_exc(limit=2).splitlines()[-1])
+            return outputs
+
+        __call__.__wrapped__ = call
+        return __call__
+
+    # -- recording --------------------------------------------------------------------
+
+    def skip(self, origin: dict, reason: str) -> None:
+        target = _target(origin)
+        bucket = self.skipped.setdefault(target, {})
+        bucket[reason] = bucket.get(reason, 0) + 1
+
+    def record(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict) -> None:
+        tf = _tf()
+        target = _target(origin)
+        if not tf.executing_eagerly():
+            return self.skip(origin, "called inside a traced tf.function")
+        if "unpackable" in origin:
+            return self.skip(origin, origin["unpackable"])
+        if self.per_target.get(target, 0) >= self.max_per_target:
+            return None
+        try:
+            inputs = pack([list(args), dict(kwargs)], arrays := [], _to_numpy)
+        except Unpackable as exc:
+            return self.skip(origin, f"inputs: {exc}")
+        signature = json.dumps([origin.get("args"), origin.get("kwargs"), inputs,
+                                [(a.shape, str(a.dtype)) for a in arrays]], sort_keys=True, default=str)
+        if signature in self.seen:
+            return None
+        self.seen.add(signature)
+        case = self._rerun(call, layer, args, kwargs)
+        if isinstance(case, str):
+            return self.skip(origin, case)
+        units_meta, unit_arrays = _pack_units(layer, None)
+        grads = case.pop("grads_by_id")
+        gunits_meta, gunit_arrays = _pack_units(layer, lambda v: grads.get(id(v), np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype)))
+        all_arrays = list(arrays)
+        outputs = pack(case["outputs"], all_arrays)
+        cotangents = pack(case["cotangents"], all_arrays)
+        input_grads = pack(case["input_grads"], all_arrays)
+        offset = len(all_arrays)
+        all_arrays.extend(unit_arrays)
+        units = _shift(units_meta, offset)
+        offset = len(all_arrays)
+        all_arrays.extend(gunit_arrays)
+        grad_units = _shift(gunits_meta, offset)
+        ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
+        meta = {"id": ident, "target": target, "origin": origin, "inputs": inputs, "outputs": outputs,
+                "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
+                "units": units, "grad_units": grad_units, "layer": type(layer).__name__}
+        write_case(self.out, ident, meta, all_arrays)
+        self.per_target[target] = self.per_target.get(target, 0) + 1
+        self.cases.append({"id": ident, "target": target})
+        return None
+
+    def _rerun(self, call: Any, layer: Any, args: tuple, kwargs: dict) -> dict | str:
+        """Outputs, cotangents and gradients from two fresh runs; a reason string when
+        the call is not reproducible."""
+        tf = _tf()
+        variables = list(layer.variables)
+        saved = [np.array(v.numpy()) for v in variables]
+        flat_in = tf.nest.flatten([list(args), dict(kwargs)])
+        float_positions = [i for i, x in enumerate(flat_in)
+                           if _to_numpy(x) is not None or isinstance(x, np.ndarray)]
+        float_positions = [i for i in float_positions if np.asarray(_as_np(flat_in[i])).dtype.kind == "f"]
+        self.replaying = True
+        try:
+            watched = {i: tf.constant(_as_np(flat_in[i])) for i in float_positions}
+            runs = []
+            for attempt in range(2):
+                leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
+                call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+                with tf.GradientTape(persistent=False) as tape:
+                    for t in watched.values():
+                        tape.watch(t)
+                    out = call(layer, *call_args, **call_kwargs)
+                    out_leaves = [o for o in tf.nest.flatten(out)]
+                    cot = _cotangents(out_leaves)
+                    loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(out_leaves, cot)
+                                     if c is not None] or [tf.constant(0.0)])
+                trainable = list(layer.trainable_variables)
+                sources = [watched[i] for i in float_positions] + trainable
+                grads = tape.gradient(loss, sources) if attempt == 0 else None
+                runs.append((tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable))
+                for v, value in zip(variables, saved):
+                    if attempt == 1 or "seed_generator" not in v.path:  # let RNG state advance
+                        v.assign(value)
+        finally:
+            self.replaying = False
+        (out0, cot, grads, trainable), (out1, *_rest) = runs
+        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(tf.nest.flatten(out0), tf.nest.flatten(out1))):
+            return "stochastic: two runs on the same inputs and weights differ"
+        n_in = len(float_positions)
+        input_grads = [None if g is None else np.asarray(g) for g in grads[:n_in]]
+        grads_by_id = {id(v): np.asarray(g) for v, g in zip(trainable, grads[n_in:]) if g is not None}
+        return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
+                "input_grads": input_grads, "float_inputs": float_positions, "grads_by_id": grads_by_id}
+
+
+_MISSING = object()
+
+
+def _never(value: Any) -> None:
+    return None
+
+
+def _as_np(value: Any) -> np.ndarray:
+    array = _to_numpy(value)
+    return np.asarray(value) if array is None else array
+
+
+def _target(origin: dict) -> str:
+    return f"{origin['module']}:{origin['name']}"
+
+
+def _cotangents(leaves: list) -> list:
+    """A fixed random cotangent per float output (None for ints/bools)."""
+    tf = _tf()
+    rng = np.random.default_rng(COTANGENT_SEED)
+    result = []
+    for leaf in leaves:
+        dtype = np.dtype(leaf.dtype.as_numpy_dtype) if hasattr(leaf.dtype, "as_numpy_dtype") else np.asarray(leaf).dtype
+        if dtype.kind != "f":
+            result.append(None)
+            continue
+        result.append(tf.constant(rng.standard_normal(tuple(leaf.shape)).astype(np.float32)))
+    return result
+
+
+def _pack_units(layer: Any, value_of: Any) -> tuple[list[dict], list[np.ndarray]]:
+    arrays: list[np.ndarray] = []
+    units = keras_units(layer, value_of)
+    return [{**u, "tree": pack(u["tree"], arrays)} for u in units], arrays
+
+
+def _shift(data: Any, offset: int) -> Any:
+    if isinstance(data, list):
+        return [_shift(v, offset) for v in data]
+    if isinstance(data, dict):
+        if "__array__" in data and len(data) == 1:
+            return {"__array__": data["__array__"] + offset}
+        return {k: _shift(v, offset) for k, v in data.items()}
+    return data
+
+
+def package_modules(root: Path, package: str) -> list[str]:
+    """Importable names of the package's non-test modules."""
+    names = []
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        if is_test_file(path):
+            continue
+        names.append(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+    return names
+
+
+def is_test_file(path: Path) -> bool:
+    stem = path.stem
+    return stem.startswith("test_") or stem.endswith("_test") or stem == "conftest"
+
+
+def layer_bases(keras_flavour: str) -> list[type]:
+    if keras_flavour == "tf_keras":
+        import tf_keras
+
+        return [tf_keras.layers.Layer, tf_keras.Model]
+    import keras
+
+    return [keras.layers.Layer]
+
+
+def record_tests(payload: dict, scratch: Path) -> dict:
+    """Task: run ``payload["tests"]`` (paths under ``payload["root"]``) with pytest while
+    recording calls of ``payload["package"]``'s layers into ``payload["out"]``.
+
+    Returns the original tests' outcomes, the recorded cases and what was skipped."""
+    root, package, out = Path(payload["root"]), payload["package"], Path(payload["out"])
+    recorder = Recorder(out, package, payload.get("max_per_target", 3))
+    modules, import_errors = [], {}
+    for name in package_modules(root, package):
+        try:
+            modules.append(importlib.import_module(name))
+        except BaseException:  # noqa: BLE001 - report, record the rest
+            import_errors[name] = traceback.format_exc(limit=3)
+    recorder.install(modules, layer_bases(payload.get("keras", "keras3")))
+    try:
+        for case in payload.get("config_cases", []):
+            _run_config_case(case, recorder)
+        tests = run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch) if payload.get("tests") else {}
+    finally:
+        recorder.close()
+    return {"tests": tests, "cases": recorder.cases, "skipped": recorder.skipped, "import_errors": import_errors}
+
+
+def _run_config_case(case: dict, recorder: Recorder) -> None:
+    """Build the layer a ``[tool.tern.verify]`` case names and call it on seeded inputs."""
+    module_name, _, attr = case["target"].partition(":")
+    target = getattr(importlib.import_module(module_name), attr)
+    layer = target(*case.get("args", []), **case.get("kwargs", {}))
+    rng = np.random.default_rng(case.get("seed", 0))
+    inputs = []
+    for spec in case.get("inputs", []):
+        dtype = np.dtype(spec.get("dtype", "float32"))
+        shape = tuple(spec["shape"])
+        inputs.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+                      else rng.integers(0, spec.get("high", 10), shape).astype(dtype))
+    kwargs = {"training": case["training"]} if "training" in case else {}
+    layer(*inputs, **kwargs)

@@ -1,0 +1,168 @@
+"""JAX worker task: replay recorded Keras calls on the translated Flax modules.
+
+Per case: build the translated module the way the original was built (same class and
+constructor arguments, or the same factory call), ``init`` it on the recorded inputs
+to learn its variable tree, fill that tree with the Keras weights (``graft.py``), apply
+it, and compare outputs with the recorded Keras outputs; for float inputs, compare the
+gradients of ``sum(outputs * cotangent)`` with respect to inputs and parameters too.
+
+Comparisons: structure first (same number of outputs, same shapes), then values with
+``|jax - keras| <= atol + rtol * |keras|``. The maximum absolute and relative errors
+are reported per output whether or not they pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import array_paths, read_case, unpack
+from tern.verify.graft import graft
+
+#: float32 defaults; half precision gets looser ones (``tolerance_for``)
+DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+HALF_TOLERANCE = {"float16": {"rtol": 1e-3, "atol": 1e-3}, "bfloat16": {"rtol": 1e-2, "atol": 1e-2}}
+
+
+def tolerance_for(dtype: np.dtype, configured: dict | None) -> dict:
+    if configured:
+        return {**DEFAULT_TOLERANCE, **configured}
+    return HALF_TOLERANCE.get(np.dtype(dtype).name, DEFAULT_TOLERANCE)
+
+
+def compare(name: str, got: Any, want: np.ndarray, tolerance: dict | None) -> dict:
+    """One output (or gradient) compared: shapes, then values; errors always reported."""
+    got = np.asarray(got)
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        return {"name": name, "ok": False, "problem": f"shape {list(got.shape)} != keras {list(want.shape)}"}
+    if got.dtype.kind != want.dtype.kind and not {got.dtype.kind, want.dtype.kind} <= {"i", "u"}:
+        return {"name": name, "ok": False, "problem": f"dtype {got.dtype} vs keras {want.dtype}"}
+    tol = tolerance_for(want.dtype, tolerance)
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(a - b)
+    finite = np.isfinite(b)
+    same_nonfinite = bool(np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(a[np.isinf(b)], b[np.isinf(b)]))
+    max_abs = float(diff[finite].max()) if finite.any() else 0.0
+    max_rel = float((diff[finite] / np.maximum(np.abs(b[finite]), np.finfo(np.float32).tiny)).max()) if finite.any() else 0.0
+    ok = bool(same_nonfinite and np.all(diff[finite] <= tol["atol"] + tol["rtol"] * np.abs(b[finite])))
+    return {"name": name, "ok": ok, "max_abs": max_abs, "max_rel": max_rel, **tol}
+
+
+def _build(origin: dict, arrays: Any):
+    module = importlib.import_module(origin["module"])
+    target = module
+    for part in origin["name"].split("."):
+        target = getattr(target, part)
+    args = unpack(origin.get("args", []), arrays)
+    kwargs = unpack(origin.get("kwargs", {}), arrays)
+    return target(*args, **kwargs)
+
+
+def _call_kwargs(module: Any, kwargs: dict) -> dict:
+    """Recorded call keywords the Flax ``__call__`` accepts; a meaningful one it lacks
+    (``training=True``, a mask) is an error, ``training=False``/``None`` is the default."""
+    params = inspect.signature(type(module).__call__).parameters
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    result = {}
+    for key, value in kwargs.items():
+        if key in params or accepts_any:
+            result[key] = value
+        elif key == "training" and not value:
+            continue
+        elif value is None:
+            continue
+        else:
+            raise TypeError(f"the translated {type(module).__name__}.__call__ has no {key!r} parameter "
+                            f"(recorded call passed {key}={'an array' if hasattr(value, 'shape') else repr(value)})")
+    return result
+
+
+def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    meta, arrays = read_case(directory, name)
+    result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
+    try:
+        module = _build(meta["origin"], arrays)
+        args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
+        kwargs = _call_kwargs(module, kwargs)
+        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
+        init = jax.tree_util.tree_map(np.asarray, dict(module.init(rngs, *args, **kwargs)))
+        units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
+        variables, problems = graft(init, units)
+        if problems:
+            return {**result, "status": "error", "message": "weights: " + "; ".join(problems)}
+        training = bool(kwargs.get("training"))
+        mutable = [c for c in variables if c != "params"] if training else False
+
+        def forward(params, flat_floats):
+            leaves, treedef = jax.tree_util.tree_flatten([list(args), kwargs])
+            for position, value in zip(meta["float_inputs"], flat_floats):
+                leaves[position] = value
+            call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+            out = module.apply({**variables, "params": params}, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+            return out[0] if mutable else out
+
+        params = variables.get("params", {})
+        flat_in = jax.tree_util.tree_leaves([list(args), kwargs])
+        floats = [flat_in[i] for i in meta["float_inputs"]]
+        outputs = forward(params, floats)
+        want_paths = array_paths(meta["outputs"])
+        got_leaves = jax.tree_util.tree_leaves(outputs)
+        if len(got_leaves) != len(want_paths):
+            return {**result, "status": "mismatch", "outputs": [],
+                    "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
+        checks = [compare(path, got, arrays[f"a{index}"], tolerance) for (path, index), got in zip(want_paths, got_leaves)]
+        result["outputs"] = checks
+        result["gradients"] = _gradients(meta, arrays, forward, params, floats, init, tolerance)
+        compared = checks + result["gradients"]
+        result["status"] = "match" if all(c["ok"] for c in compared) else "mismatch"
+        return result
+    except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
+        return {**result, "status": "error", "message": traceback.format_exc(limit=6)[-2000:]}
+
+
+def _gradients(meta, arrays, forward, params, floats, init, tolerance) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+
+    cots = [c if c is None else jnp.asarray(c) for c in unpack(meta["cotangents"], arrays)]
+    if not any(c is not None for c in cots):
+        return []
+
+    def loss(p, xs):
+        leaves = jax.tree_util.tree_leaves(forward(p, xs))
+        return sum(jnp.sum(leaf.astype(jnp.float32) * c) for leaf, c in zip(leaves, cots) if c is not None)
+
+    grad_params, grad_inputs = jax.grad(loss, argnums=(0, 1))(params, floats)
+    checks = []
+    for i, (got, want) in enumerate(zip(grad_inputs, unpack(meta["input_grads"], arrays))):
+        if want is not None:
+            checks.append(compare(f"d/d input[{i}]", got, want, tolerance))
+    grad_units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["grad_units"]]
+    want_tree, problems = graft(init, grad_units)
+    if problems:
+        return [*checks, {"name": "d/d params", "ok": False, "problem": "; ".join(problems)}]
+    from tern.verify.graft import flatten
+
+    got_flat = flatten(jax.tree_util.tree_map(np.asarray, dict(grad_params)))
+    for key, want in flatten(want_tree.get("params", {})).items():
+        checks.append(compare("d/d " + "/".join(key), got_flat[key], want, tolerance))
+    return checks
+
+
+def replay_cases(payload: dict, scratch: Path) -> dict:
+    """Task: replay every case in ``payload["cases"]`` (``[dir, name]`` pairs)."""
+    tolerances = payload.get("tolerances", {})
+    results = []
+    for directory, name in payload["cases"]:
+        target = name
+        results.append(replay_case(Path(directory), name, tolerances.get(payload.get("targets", {}).get(name, target))))
+    return {"cases": results}
