@@ -31,6 +31,13 @@ import numpy as np
 ValueOf = Callable[[Any], np.ndarray]
 
 
+def variable_path(variable: Any) -> str:
+    """Keras 3's ``variable.path``; legacy Keras 2 (``tf_keras``) only has ``name``
+    (``"dense/kernel:0"``)."""
+    path = getattr(variable, "path", None)
+    return path if isinstance(path, str) else variable.name.rsplit(":", 1)[0]
+
+
 def variable_value(variable: Any) -> np.ndarray:
     return np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
 
@@ -170,7 +177,7 @@ def port_layer_weights(
     matches several variables, when a variable is left unmapped, or when a transform is
     unknown.
     """
-    variables = [(v.path, v) for v in keras_layer.weights]
+    variables = [(variable_path(v), v) for v in keras_layer.weights]
     used: set[str] = set()
     tree: dict = {}
     for entry in record.weights:
@@ -178,7 +185,7 @@ def port_layer_weights(
         if name in LAYER_TRANSFORMS:
             subtree = LAYER_TRANSFORMS[name](record, keras_layer, entry.keras, *args, value_of=value_of)
             inner = getattr(keras_layer, entry.keras)
-            used.update(v.path for v in inner.weights)
+            used.update(variable_path(v) for v in inner.weights)
             _graft(tree, entry.flax, subtree)
             continue
         if name not in TRANSFORMS:

@@ -74,6 +74,9 @@ def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
 def write_case(directory: Path, name: str, meta: dict, arrays: list[np.ndarray]) -> None:
     """``name.npz`` then ``name.json`` (the JSON last: its presence marks a whole case),
     each written to a temporary name and renamed."""
+    for i, array in enumerate(arrays):
+        if array.dtype == object:
+            raise TypeError(f"array {i} of case {name} has dtype object (not a numeric array)")
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{name}.npz.tmp"
     with open(tmp, "wb") as fh:

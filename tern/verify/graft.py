@@ -93,18 +93,19 @@ class _Placer:
         self.problems.append(f"{unit['layer']} at {'/'.join(base) or '<root>'}: {_describe(unit_flat)} "
                              f"has no matching Flax variables there ({self._describe_at(base)})")
 
-    def ordered(self, unit: dict, unit_flat: dict[str, Leaves], cursor: dict) -> None:
+    def ordered(self, unit: dict, unit_flat: dict[str, Leaves]) -> None:
+        """The first unclaimed submodule of the scope that holds exactly this layer's
+        variables. Keras lists a functional model's layers in topological order and the
+        translation may call them in another valid order, so a layer can match a
+        submodule created earlier than the previous match."""
         scope = _split(unit["scope"])
         collection = "params" if "params" in unit_flat else next(iter(unit_flat))
-        nodes = _nodes(self.flat, collection, scope)
-        start = cursor.get(scope, 0)
-        for index in range(start, len(nodes)):
-            if self.fits(unit_flat, nodes[index], exact=True):
-                self.put(unit_flat, nodes[index])
-                cursor[scope] = index + 1
+        for node in _nodes(self.flat, collection, scope):
+            if self.fits(unit_flat, node, exact=True):
+                self.put(unit_flat, node)
                 return
-        self.problems.append(f"{unit['layer']} (from submodule {start} of "
-                             f"{'/'.join(scope) or '<root>'}): no unclaimed Flax submodule holds {_describe(unit_flat)}")
+        self.problems.append(f"{unit['layer']} in {'/'.join(scope) or '<root>'}: "
+                             f"no unclaimed Flax submodule holds exactly {_describe(unit_flat)}")
 
     def _describe_at(self, base: tuple[str, ...]) -> str:
         found = [f"{c}/{'/'.join(k)}{list(np.shape(v))}" for c, leaves in self.flat.items()
@@ -121,13 +122,12 @@ def graft(init: dict, units: list[dict]) -> tuple[dict, list[str]]:
 
     Problems: a unit with no place, or Flax variables no unit filled."""
     placer = _Placer(init)
-    cursor: dict = {}
     for unit in units:
         unit_flat = {c: flatten(t) for c, t in unit["tree"].items() if t}
         if unit.get("path") is not None:
             placer.named(unit, unit_flat)
         else:
-            placer.ordered(unit, unit_flat, cursor)
+            placer.ordered(unit, unit_flat)
     missing = [f"{c}/{'/'.join(k)}" for c, leaves in placer.flat.items() for k in leaves if (c, k) not in placer.placed]
     if missing:
         placer.problems.append("Flax variables with no Keras counterpart: " + ", ".join(missing[:8])

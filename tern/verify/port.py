@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tern.weights import ValueOf, port_layer_weights, record_for, variable_value
+from tern.weights import ValueOf, port_layer_weights, record_for, variable_path, variable_value
 
 import functools
 
@@ -51,7 +51,7 @@ def _is_layer(value: Any) -> bool:
 
 
 def _is_variable(value: Any) -> bool:
-    return hasattr(value, "path") and hasattr(value, "assign") and hasattr(value, "trainable")
+    return hasattr(value, "assign") and hasattr(value, "trainable") and (hasattr(value, "path") or hasattr(value, "name"))
 
 
 def _is_container(layer: Any) -> bool:
@@ -77,7 +77,7 @@ def keras_units(layer: Any, value_of: ValueOf | None = None) -> list[dict]:
     when some variable is reached by no unit."""
     walk = _Walk(value_of or variable_value)
     walk.layer(layer, "", "")
-    missing = [v.path for v in layer.weights if id(v) not in walk.reached]
+    missing = [variable_path(v) for v in layer.weights if id(v) not in walk.reached]
     if missing:
         raise PortError(f"variables that no attribute of a package layer reaches: {missing}")
     return walk.units

@@ -30,7 +30,8 @@ import numpy as np
 
 from tern.verify.arrays import Unpackable, pack, write_case
 from tern.verify.junit import run_pytest
-from tern.verify.port import PortError, keras_units
+from tern.verify.port import keras_units
+from tern.weights import variable_path
 
 COTANGENT_SEED = 1234
 
@@ -44,7 +45,12 @@ def _tf():
 def _to_numpy(value: Any) -> np.ndarray | None:
     tf = _tf()
     if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "numpy") and hasattr(value, "dtype"):
-        return np.asarray(value.numpy())
+        array = np.asarray(value.numpy())
+        if array.dtype == object:  # tf.string tensors: bytes, stored as a fixed-width bytes array
+            array = array.astype(bytes)
+        return array
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return value.astype(bytes)
     return None
 
 
@@ -232,7 +238,7 @@ class Recorder:
                 grads = tape.gradient(loss, sources) if attempt == 0 else None
                 runs.append((tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable))
                 for v, value in zip(variables, saved):
-                    if attempt == 1 or "seed_generator" not in v.path:  # let RNG state advance
+                    if attempt == 1 or "seed_generator" not in variable_path(v):  # let RNG state advance
                         v.assign(value)
         finally:
             self.replaying = False
@@ -240,8 +246,10 @@ class Recorder:
         if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(tf.nest.flatten(out0), tf.nest.flatten(out1))):
             return "stochastic: two runs on the same inputs and weights differ"
         n_in = len(float_positions)
-        input_grads = [None if g is None else np.asarray(g) for g in grads[:n_in]]
-        grads_by_id = {id(v): np.asarray(g) for v, g in zip(trainable, grads[n_in:]) if g is not None}
+        # embedding gradients come as IndexedSlices: densify before converting
+        dense = [None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads]
+        input_grads = dense[:n_in]
+        grads_by_id = {id(v): g for v, g in zip(trainable, dense[n_in:]) if g is not None}
         return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
                 "input_grads": input_grads, "float_inputs": float_positions, "grads_by_id": grads_by_id}
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tern.verify.arrays import array_paths, read_case, unpack
-from tern.verify.graft import graft
+from tern.verify.graft import flatten, graft
 
 #: float32 defaults; half precision gets looser ones (``tolerance_for``)
 DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -94,26 +94,50 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
         args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
         kwargs = _call_kwargs(module, kwargs)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
-        init = jax.tree_util.tree_map(np.asarray, dict(module.init(rngs, *args, **kwargs)))
+        # Eager Flax compiles every primitive on first use (seconds per model on a CPU):
+        # the variable tree comes from abstract evaluation (no compile at all), and
+        # outputs and gradients from one jitted function, which the workers' persistent
+        # compilation cache serves on the next run.
+        leaves, treedef = jax.tree_util.tree_flatten([list(args), kwargs])
+        float_at = list(meta["float_inputs"])
+        rest_at = [i for i in range(len(leaves)) if i not in float_at]
+
+        def call_inputs(floats, rest):
+            merged = list(leaves)
+            for position, value in [*zip(float_at, floats), *zip(rest_at, rest)]:
+                merged[position] = value
+            return jax.tree_util.tree_unflatten(treedef, merged)
+
+        floats = [leaves[i] for i in float_at]
+        rest = [leaves[i] for i in rest_at if hasattr(leaves[i], "shape")]
+        rest_at = [i for i in rest_at if hasattr(leaves[i], "shape")]
+
+        def init_fn(floats, rest):
+            call_args, call_kwargs = call_inputs(floats, rest)
+            return module.init(rngs, *call_args, **call_kwargs)
+
+        abstract = jax.eval_shape(init_fn, floats, rest)
+        init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
         units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
         variables, problems = graft(init, units)
         if problems:
             return {**result, "status": "error", "message": "weights: " + "; ".join(problems)}
         training = bool(kwargs.get("training"))
         mutable = [c for c in variables if c != "params"] if training else False
+        others = {c: t for c, t in variables.items() if c != "params"}
+        cots = [c if c is None else jnp.asarray(c) for c in unpack(meta["cotangents"], arrays)]
 
-        def forward(params, flat_floats):
-            leaves, treedef = jax.tree_util.tree_flatten([list(args), kwargs])
-            for position, value in zip(meta["float_inputs"], flat_floats):
-                leaves[position] = value
-            call_args, call_kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-            out = module.apply({**variables, "params": params}, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
-            return out[0] if mutable else out
+        def loss_and_outputs(params, floats, rest):
+            call_args, call_kwargs = call_inputs(floats, rest)
+            out = module.apply({**others, "params": params}, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+            out = out[0] if mutable else out
+            outs = jax.tree_util.tree_leaves(out)
+            loss = sum((jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cots) if c is not None), jnp.float32(0))
+            return loss, out
 
         params = variables.get("params", {})
-        flat_in = jax.tree_util.tree_leaves([list(args), kwargs])
-        floats = [flat_in[i] for i in meta["float_inputs"]]
-        outputs = forward(params, floats)
+        step = jax.jit(jax.value_and_grad(loss_and_outputs, argnums=(0, 1), has_aux=True))
+        (_, outputs), (grad_params, grad_inputs) = step(params, floats, rest)
         want_paths = array_paths(meta["outputs"])
         got_leaves = jax.tree_util.tree_leaves(outputs)
         if len(got_leaves) != len(want_paths):
@@ -121,7 +145,10 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
                     "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
         checks = [compare(path, got, arrays[f"a{index}"], tolerance) for (path, index), got in zip(want_paths, got_leaves)]
         result["outputs"] = checks
-        result["gradients"] = _gradients(meta, arrays, forward, params, floats, init, tolerance)
+        if any(c is not None for c in cots):
+            result["gradients"] = _gradients(meta, arrays, grad_params, grad_inputs, init, tolerance)
+        else:
+            result["gradients"] = []
         compared = checks + result["gradients"]
         result["status"] = "match" if all(c["ok"] for c in compared) else "mismatch"
         return result
@@ -129,19 +156,11 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
         return {**result, "status": "error", "message": traceback.format_exc(limit=6)[-2000:]}
 
 
-def _gradients(meta, arrays, forward, params, floats, init, tolerance) -> list[dict]:
+def _gradients(meta, arrays, grad_params, grad_inputs, init, tolerance) -> list[dict]:
+    """Input gradients, then parameter gradients (Keras's ported through the same weight
+    map as the weights, so they land on the same Flax paths)."""
     import jax
-    import jax.numpy as jnp
 
-    cots = [c if c is None else jnp.asarray(c) for c in unpack(meta["cotangents"], arrays)]
-    if not any(c is not None for c in cots):
-        return []
-
-    def loss(p, xs):
-        leaves = jax.tree_util.tree_leaves(forward(p, xs))
-        return sum(jnp.sum(leaf.astype(jnp.float32) * c) for leaf, c in zip(leaves, cots) if c is not None)
-
-    grad_params, grad_inputs = jax.grad(loss, argnums=(0, 1))(params, floats)
     checks = []
     for i, (got, want) in enumerate(zip(grad_inputs, unpack(meta["input_grads"], arrays))):
         if want is not None:
@@ -150,19 +169,25 @@ def _gradients(meta, arrays, forward, params, floats, init, tolerance) -> list[d
     want_tree, problems = graft(init, grad_units)
     if problems:
         return [*checks, {"name": "d/d params", "ok": False, "problem": "; ".join(problems)}]
-    from tern.verify.graft import flatten
-
     got_flat = flatten(jax.tree_util.tree_map(np.asarray, dict(grad_params)))
     for key, want in flatten(want_tree.get("params", {})).items():
         checks.append(compare("d/d " + "/".join(key), got_flat[key], want, tolerance))
     return checks
 
 
-def replay_cases(payload: dict, scratch: Path) -> dict:
-    """Task: replay every case in ``payload["cases"]`` (``[dir, name]`` pairs)."""
-    tolerances = payload.get("tolerances", {})
-    results = []
-    for directory, name in payload["cases"]:
-        target = name
-        results.append(replay_case(Path(directory), name, tolerances.get(payload.get("targets", {}).get(name, target))))
-    return {"cases": results}
+def replay_module(payload: dict, scratch: Path) -> dict:
+    """Task: import the translated ``payload["module"]`` (an import failure is the
+    module's result), then replay each case of ``payload["cases"]``
+    (``{"dir", "id", "tolerance"}``)."""
+    try:
+        importlib.import_module(payload["module"])
+    except BaseException:  # noqa: BLE001 - the module's own failure is the finding
+        return {"import_error": _import_failure(), "cases": []}
+    return {"import_error": "", "cases": [replay_case(Path(c["dir"]), c["id"], c.get("tolerance")) for c in payload["cases"]]}
+
+
+def _import_failure() -> str:
+    text = traceback.format_exc(limit=4)
+    if "tensorflow" in text.splitlines()[-1]:
+        return "the translation still imports TensorFlow: " + text.splitlines()[-1]
+    return text[-2000:]

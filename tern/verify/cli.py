@@ -1,0 +1,141 @@
+"""``tern verify``: find what to compare, run it through the sandbox, show and save it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from tern.verify.report import PackageReport, to_json
+
+STYLES = {"equivalent": "green", "mismatch": "red", "error": "red", "untested": "yellow"}
+
+
+class TargetError(ValueError):
+    """PATH does not name a translation tern can pair with its original."""
+
+
+@dataclass(frozen=True)
+class Target:
+    original: Path
+    translated: Path
+
+
+def _report_source(translated: Path) -> Path | None:
+    report = translated.with_name(translated.name + ".tern-report.json")
+    if not report.is_file():
+        return None
+    try:
+        return Path(json.loads(report.read_text())["source"])
+    except (ValueError, KeyError) as exc:
+        raise TargetError(f"{report}: not a tern migrate report ({exc})") from exc
+
+
+def find_targets(path: Path, original: Path | None) -> list[Target]:
+    """PATH is a translated package (its original from ``--original`` or from the
+    migrate report beside it), or a directory of translated packages, each paired with
+    the original of the same name under ``--original`` or named by its migrate report."""
+    path = path.resolve()
+    if not path.is_dir():
+        raise TargetError(f"{path}: not a directory")
+    if (path / "__init__.py").is_file():
+        source = original or _report_source(path)
+        if source is None:
+            raise TargetError(f"{path}: no {path.name}.tern-report.json beside it; pass --original TF_PACKAGE")
+        if not (source / "__init__.py").is_file():
+            raise TargetError(f"{source}: the original is not a package directory (no __init__.py)")
+        return [Target(source.resolve(), path)]
+    children = [c for c in sorted(path.iterdir()) if c.is_dir() and (c / "__init__.py").is_file()]
+    if original is not None:
+        if (original / "__init__.py").is_file():
+            raise TargetError(f"{original} is one package, PATH a directory of them: pass matching kinds")
+        missing = [c.name for c in children if not (original / c.name / "__init__.py").is_file()]
+        if missing:
+            raise TargetError(f"no original under {original} for: {', '.join(missing)}")
+        return [Target((original / c.name).resolve(), c) for c in children]
+    found = [Target(src.resolve(), child) for child in children if (src := _report_source(child)) is not None]
+    if not found:
+        raise TargetError(f"{path}: neither a translated package nor a directory of them (run tern migrate first)")
+    return found
+
+
+def table(reports: list[PackageReport]) -> Table:
+    grid = Table(title="tern verify")
+    for name, justify in (("module", "left"), ("tests", "right"), ("replay", "right"), ("max abs err", "right"), ("status", "left")):
+        grid.add_column(name, justify=justify)
+    for report in reports:
+        for row in report.rows:
+            tests = f"{row.tests_passed}/{row.tests_total}" if row.tests_total else "-"
+            replay = f"{row.cases_matched}/{row.cases_total}" if row.cases_total else "-"
+            error = f"{row.max_abs:.2e}" if row.max_abs is not None else "-"
+            grid.add_row(row.module, tests, replay, error, f"[{STYLES[row.status]}]{row.status}[/]" + (" (cached)" if row.cached else ""))
+    return grid
+
+
+def problems(reports: list[PackageReport]) -> list[str]:
+    lines = []
+    for report in reports:
+        if report.record_error:
+            lines.append(f"{report.package}: recording the original tests: {report.record_error}")
+        failing = [t for t, o in report.original_tests.items() if o not in ("passed", "skipped")]
+        if failing:
+            lines.append(f"{report.package}: {len(failing)} original TF tests fail, e.g. {failing[0]}")
+        for target, reasons in report.skipped.items():
+            for reason, count in reasons.items():
+                lines.append(f"{target}: {count} call(s) not replayable: {reason}")
+        for row in report.rows:
+            lines.extend(f"{row.module}: {p}" for p in row.problems)
+    return lines
+
+
+async def verify_targets(targets: list[Target], *, project: Path, daemon: str, use_cache: bool,
+                         workers: int | None, progress: Any = None) -> tuple[list[PackageReport], dict]:
+    from tern.sandbox.client import open_runner
+    from tern.sandbox.daemon import find_project
+    from tern.verify.cache import Cache
+    from tern.verify.config import load_config
+    from tern.verify.run import PackageVerifier
+
+    state = find_project(project) / ".tern"
+    cache = Cache(state, enabled=use_cache)
+    reports: list[PackageReport | None] = [None] * len(targets)
+    async with open_runner(project, daemon=daemon, workers=workers, writable_roots=(state,)) as runner:
+        async with anyio.create_task_group() as group:
+            for index, target in enumerate(targets):
+                async def one(index=index, target=target) -> None:
+                    verifier = PackageVerifier(target.original, target.translated, runner=runner, cache=cache,
+                                               config=load_config(target.original), progress=progress)
+                    reports[index] = await verifier.verify()
+                    if progress:
+                        progress(f"{target.original.name}: {reports[index].status}")
+                group.start_soon(one)
+        status = await runner.status()
+    info = {"daemon": bool(getattr(runner, "warm_daemon", False)), "cache_hits": cache.hits, "cache_misses": cache.misses,
+            "isolation": (status.get("sandbox") or status).get("isolation", "?") if isinstance(status, dict) else "?"}
+    cache.close()
+    return [r for r in reports if r is not None], info
+
+
+def render(reports: list[PackageReport], info: dict, console: Console) -> None:
+    console.print(table(reports))
+    for line in problems(reports):
+        console.print(f"  {line}", markup=False, highlight=False)
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STYLES}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items())
+                  + f"; {info['cache_hits']} cached, {info['cache_misses']} run; isolation {info['isolation']}"
+                  + ("; warm daemon" if info["daemon"] else ""))
+
+
+def exit_code(reports: list[PackageReport]) -> int:
+    """0: nothing differs or broke (untested modules are listed, not failed); 1: a
+    mismatch or an error."""
+    return 1 if any(r.status in ("mismatch", "error") for r in reports) else 0
+
+
+def json_report(reports: list[PackageReport], info: dict) -> str:
+    return to_json(reports, {"run": info})

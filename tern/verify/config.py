@@ -1,0 +1,83 @@
+"""``[tool.tern]`` settings that verification reads, from the nearest ``pyproject.toml``.
+
+```toml
+[tool.tern]
+keras = "keras3"              # or "tf_keras" (legacy Keras 2) for the TF side
+
+[tool.tern.verify]
+rtol = 1e-5                   # float32 defaults; half precision is looser by default
+atol = 1e-5
+timeout = 300                 # wall seconds per sandbox job
+memory_mb = 4096              # worker memory per job
+
+[tool.tern.verify.tolerances]
+"mypkg.layers" = { rtol = 1e-4, atol = 1e-4 }          # a module
+"mypkg.layers:Attention" = { rtol = 1e-3 }            # or one class / factory
+
+[[tool.tern.verify.cases]]    # modules with no tests get cases here
+target = "mypkg.layers:Gate"
+kwargs = { units = 8 }
+inputs = [{ shape = [2, 5, 8], dtype = "float32" }]
+training = false
+```
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    keras: str = "keras3"
+    rtol: float | None = None
+    atol: float | None = None
+    timeout: float = 300.0
+    memory_mb: int = 4096
+    tolerances: dict[str, dict] = field(default_factory=dict)
+    cases: tuple[dict, ...] = ()
+    source: str = ""  # the pyproject.toml it came from, or "" for defaults
+
+    def tolerance(self, target: str) -> dict | None:
+        """Most specific first: ``module:Name``, then ``module``, then the global one."""
+        module = target.partition(":")[0]
+        base = {k: v for k, v in (("rtol", self.rtol), ("atol", self.atol)) if v is not None}
+        specific = self.tolerances.get(target) or self.tolerances.get(module) or {}
+        merged = {**base, **specific}
+        return merged or None
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for directory in [start, *start.parents]:
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(start: Path) -> VerifyConfig:
+    path = find_pyproject(start.resolve())
+    if path is None:
+        return VerifyConfig()
+    try:
+        data = tomllib.loads(path.read_text()).get("tool", {}).get("tern", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    verify = data.get("verify", {})
+    keras = data.get("keras", "keras3")
+    if keras not in {"keras3", "tf_keras"}:
+        raise ConfigError(f"{path}: [tool.tern] keras must be 'keras3' or 'tf_keras', not {keras!r}")
+    for case in verify.get("cases", []):
+        if ":" not in str(case.get("target", "")) or not isinstance(case.get("inputs", []), list):
+            raise ConfigError(f"{path}: each [[tool.tern.verify.cases]] needs target = 'module:Name' and inputs = [...]")
+    return VerifyConfig(
+        keras=keras, rtol=verify.get("rtol"), atol=verify.get("atol"),
+        timeout=float(verify.get("timeout", 300)), memory_mb=int(verify.get("memory_mb", 4096)),
+        tolerances=dict(verify.get("tolerances", {})), cases=tuple(verify.get("cases", [])), source=str(path),
+    )

@@ -1,0 +1,122 @@
+"""What a verification result depends on, hashed into its cache key.
+
+- versions of the libraries that run it (TensorFlow/Keras for recordings, JAX/Flax for
+  replays and translated tests) and tern's own code and rule tables;
+- the sources it reads: the whole TF package for a recording (its tests exercise any of
+  it), and for a replay or a translated test file, that file plus the package modules
+  it imports, transitively (so an edit re-runs only what imports the edited module).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+TF_LIBRARIES = ("tensorflow", "tensorflow-cpu", "keras", "tf-keras", "numpy")
+JAX_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "numpy", "pytest")
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.cache
+def versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    found = []
+    for name in names:
+        try:
+            found.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
+
+
+@functools.cache
+def tern_fingerprint() -> str:
+    """Hash of tern's code and rule tables: any change to either re-verifies."""
+    import tern
+    from tern.records import rules_root
+
+    h = hashlib.sha256()
+    for root in (Path(tern.__file__).parent, rules_root()):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in {".py", ".toml"} and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(root)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def module_file(root: Path, package: str, name: str) -> Path | None:
+    """The file of module ``name`` (dotted, starting with ``package``) under ``root``."""
+    parts = name.split(".")
+    if parts[0] != package:
+        return None
+    base = root.joinpath(*parts[1:]) if len(parts) > 1 else root
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def local_imports(path: Path, root: Path, package: str) -> set[Path]:
+    """Files of ``package`` (rooted at ``root``) that ``path`` imports directly."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except SyntaxError:
+        return set()
+    here = path.relative_to(root).with_suffix("").parts
+    current = [package, *here[:-1]]
+    found: set[Path] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = current[: len(current) - node.level + 1]
+                module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            else:
+                module = node.module or ""
+            names = [module, *(f"{module}.{a.name}" for a in node.names)]
+        for name in names:
+            parts = name.split(".")
+            for depth in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
+                hit = module_file(root, package, ".".join(parts[:depth]))
+                if hit is not None:
+                    found.add(hit)
+    return found
+
+
+def closure_hash(path: Path, root: Path, package: str) -> str:
+    """Hash of ``path`` and every package file it imports, transitively."""
+    seen: set[Path] = set()
+    todo = [path, root / "__init__.py"]
+    while todo:
+        current = todo.pop()
+        if current in seen or not current.is_file():
+            continue
+        seen.add(current)
+        todo.extend(local_imports(current, root, package))
+    h = hashlib.sha256()
+    for file in sorted(seen):
+        h.update(str(file.relative_to(root)).encode())
+        h.update(file.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,148 @@
+"""Verification results per module, their status, and the JSON report.
+
+Status of a module, strongest finding first:
+- ``mismatch``: a replayed case differs from Keras beyond tolerance, or a translated test fails;
+- ``error``: the module does not import, a case could not be replayed, a job crashed;
+- ``equivalent``: at least one case or test was compared, and all agree;
+- ``untested``: nothing was compared. Never reported as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = ("equivalent", "mismatch", "untested", "error")
+
+
+@dataclass
+class ModuleRow:
+    module: str
+    tests_passed: int = 0
+    tests_failed: int = 0  # assertion failures: the translation behaves differently
+    tests_errors: int = 0  # errors: the test could not run (collection, setup, an exception)
+    tests_total: int = 0
+    cases_matched: int = 0
+    cases_total: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    status: str = "untested"
+    problems: list[str] = field(default_factory=list)  # one line each: what differs or broke, and where
+    cached: bool = False
+
+    def settle(self) -> None:
+        compared = self.cases_total + self.tests_total
+        if any(p.startswith("mismatch") for p in self.problems) or self.tests_failed:
+            self.status = "mismatch"
+        elif self.problems:
+            self.status = "error"
+        elif compared and (self.cases_matched or self.tests_passed):
+            self.status = "equivalent"
+        else:
+            self.status = "untested"
+
+
+@dataclass
+class PackageReport:
+    package: str
+    original: str
+    translated: str
+    rows: list[ModuleRow]
+    original_tests: dict[str, str] = field(default_factory=dict)
+    record_error: str = ""
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    cached_jobs: int = 0
+    jobs: int = 0
+
+    @property
+    def status(self) -> str:
+        found = {r.status for r in self.rows}
+        for status in ("mismatch", "error"):
+            if status in found:
+                return status
+        if self.record_error:
+            return "error"
+        return "equivalent" if "equivalent" in found else "untested"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status}
+
+
+def to_json(reports: list[PackageReport], extra: dict[str, Any] | None = None) -> str:
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STATUSES}
+    return json.dumps({"packages": [r.to_dict() for r in reports], "modules": counts, **(extra or {})}, indent=1)
+
+
+def _owner(test_file: str, modules: list[str], package: str) -> str:
+    """The module a test file tests, by name (``model_test.py``/``test_model.py`` ->
+    ``model``); otherwise the test file is a row of its own."""
+    stem = test_file[:-3].replace("/", ".")
+    parts = stem.split(".")
+    leaf = parts[-1]
+    base = leaf[5:] if leaf.startswith("test_") else leaf[:-5] if leaf.endswith("_test") else leaf
+    guess = ".".join([package, *parts[:-1], base])
+    return guess if guess in modules else f"{package}.{stem}"
+
+
+def build_rows(package: str, modules: list[str], replays: dict[str, tuple], tests: dict[str, tuple],
+               recording: dict | None, record_failure: Any) -> list[ModuleRow]:
+    rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
+    for module, (value, failure, hit) in replays.items():
+        row = rows.setdefault(module, ModuleRow(module))
+        row.cached = hit
+        if failure is not None:
+            row.problems.append(f"error: replay job {failure.cause}: {_last_line(failure.error)}")
+            continue
+        if value.get("import_error"):
+            row.problems.append(f"error: import: {_last_line(value['import_error'])}")
+        for case in value.get("cases", []):
+            row.cases_total += 1
+            checks = case.get("outputs", []) + case.get("gradients", [])
+            for check in checks:
+                if "max_abs" in check:
+                    row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
+                    row.max_rel = max(row.max_rel or 0.0, check["max_rel"])
+            if case["status"] == "match":
+                row.cases_matched += 1
+            elif case["status"] == "mismatch":
+                bad = next((c for c in checks if not c["ok"]), None)
+                where = (f"{bad['name']}: " + (bad.get("problem") or f"max abs {bad['max_abs']:.3g}, max rel {bad['max_rel']:.3g}"
+                         f" > rtol {bad['rtol']:g} / atol {bad['atol']:g}")) if bad else case.get("message", "")
+                row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}")
+            else:
+                row.problems.append(f"error: {case['target']} case {case['id']}: {_last_line(case.get('message', ''))}")
+    for test_file, (value, failure, hit) in tests.items():
+        row = rows.setdefault(_owner(test_file, modules, package), ModuleRow(_owner(test_file, modules, package)))
+        row.cached = row.cached or hit
+        if failure is not None:
+            row.problems.append(f"error: tests {test_file}: job {failure.cause}: {_last_line(failure.error)}")
+            continue
+        outcomes = value.get("tests", {})
+        if not outcomes and value.get("exit") not in (0, 5):
+            row.problems.append(f"error: tests {test_file}: pytest exit {value.get('exit')} (collection failed?)")
+        for test, outcome in outcomes.items():
+            if outcome == "skipped":
+                continue
+            row.tests_total += 1
+            if outcome == "passed":
+                row.tests_passed += 1
+            elif outcome.startswith("failure"):
+                row.tests_failed += 1
+                row.problems.append(f"test failed: {test}: {outcome[:200]}")
+            else:
+                row.tests_errors += 1
+                row.problems.append(f"error: test {test}: {outcome[:200]}")
+    if recording is None and record_failure is not None:
+        for row in rows.values():
+            row.problems.append(f"error: recording the original tests failed ({record_failure.cause})")
+    for row in rows.values():
+        row.settle()
+    return sorted(rows.values(), key=lambda r: r.module)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,182 @@
+"""Verify one translated package against its TF original, through the sandbox.
+
+Three kinds of job, each cached under its own key (``keys.py``):
+
+1. *record* (TF worker): the original tests run under the recorder; one job per TF
+   package version, its cases kept in ``.tern/recordings/<key>/``;
+2. *replay* (JAX worker): one job per translated source module: import it, replay the
+   cases of the layers it defines;
+3. *tests* (JAX worker): one job per translated test file.
+
+Tests jobs start at once, alongside the recording; replays start when it is done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tern.sandbox.jobs import Job, JobResult
+from tern.verify import keys
+from tern.verify.cache import Cache
+from tern.verify.config import VerifyConfig
+from tern.verify.record import is_test_file, package_modules
+from tern.verify.report import ModuleRow, PackageReport, build_rows
+
+
+def link_root(state_dir: Path, target: Path, package: str) -> Path:
+    """A directory holding only ``package`` -> ``target``, to put on ``sys.path``: the
+    translation's parent directory may hold anything, and the import name must be the
+    package's own whatever the output directory is called."""
+    root = state_dir / "links" / keys.digest(str(target.resolve()), package)[:16]
+    link = root / package
+    if link.is_symlink() and os.readlink(link) == str(target.resolve()):
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{package}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.resolve(), target_is_directory=True)
+    os.replace(tmp, link)
+    return root
+
+
+def test_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if is_test_file(p) and p.name != "conftest.py"
+                  and "__pycache__" not in p.parts)
+
+
+class PackageVerifier:
+    def __init__(self, original: Path, translated: Path, *, runner: Any, cache: Cache, config: VerifyConfig,
+                 progress: Any = None):
+        self.original = original.resolve()
+        self.translated = translated.resolve()
+        self.package = self.original.name
+        self.runner = runner
+        self.cache = cache
+        self.config = config
+        self.progress = progress or (lambda message: None)
+        self.phases: dict[str, float] = {"record": 0.0, "replay": 0.0, "tests": 0.0}
+        self.jobs: list[dict] = []
+
+    def _job(self, kind: str, task: str, payload: dict, sys_path: Path, writable: tuple[str, ...] = ()) -> Job:
+        return Job(kind=kind, task=task, payload=payload, sys_path=(str(sys_path),), writable=writable,
+                   timeout=self.config.timeout, cpu_seconds=self.config.timeout * 2, memory_mb=self.config.memory_mb)
+
+    async def _run(self, phase: str, key: str | None, job: Job) -> tuple[dict | None, JobResult | None, bool]:
+        """(value, failed job result, cache hit). Only successful jobs are cached."""
+        cached = self.cache.get(key) if key else None
+        if cached is not None:
+            self.jobs.append({"phase": phase, "cached": True, "seconds": 0.0})
+            return cached, None, True
+        started = time.perf_counter()
+        result = await self.runner.run(job)
+        elapsed = time.perf_counter() - started
+        self.phases[phase] += result.seconds  # time in the worker, not queued behind other jobs
+        self.jobs.append({"phase": phase, "cached": False, "seconds": round(result.seconds, 4),
+                          "wall": round(elapsed, 4), "cause": result.cause})
+        if not result.ok:
+            return None, result, False
+        return result.value, None, False
+
+    # -- the three kinds of job -----------------------------------------------------------
+
+    async def record(self) -> tuple[dict | None, JobResult | None]:
+        tf_root = link_root(self.cache.state_dir, self.original, self.package)
+        key = keys.digest("record", keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
+                          keys.tree_hash(self.original), self.config.keras, list(self.config.cases))
+        final = self.cache.recordings / key
+        if final.is_dir():
+            cached = self.cache.get(key)
+            if cached is not None:
+                return {**cached, "dir": str(final)}, None
+        self.cache.recordings.mkdir(parents=True, exist_ok=True)
+        partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+        tests = [str(p.relative_to(tf_root)) for p in test_files(tf_root / self.package)]
+        payload = {"root": str(tf_root), "package": self.package, "tests": tests, "out": str(partial),
+                   "keras": self.config.keras, "config_cases": list(self.config.cases)}
+        job = self._job("tf", "tern.verify.tasks:record_tests", payload, tf_root, writable=(str(self.cache.recordings),))
+        self.progress(f"{self.package}: recording the original tests")
+        value, failure, _ = await self._run("record", None, job)
+        if failure is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+            return None, failure
+        partial.mkdir(parents=True, exist_ok=True)  # a package with no recorded calls
+        try:
+            os.replace(partial, final)
+        except OSError:  # another run finished the same recording first
+            shutil.rmtree(partial, ignore_errors=True)
+        self.cache.put(key, "record", value)
+        return {**value, "dir": str(final)}, None
+
+    async def replay(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+        path = keys.module_file(jax_root / self.package, self.package, module)
+        closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
+        payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"])} for c in cases]
+        key = keys.digest("replay", keys.versions(keys.JAX_LIBRARIES), keys.tern_fingerprint(), module, closure,
+                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name)
+        job = self._job("jax", "tern.verify.tasks:replay_module", {"module": module, "cases": payload_cases}, jax_root)
+        value, failure, hit = await self._run("replay", key, job)
+        if value is not None and not hit:
+            self.cache.put(key, "replay", value)
+        return value, failure, hit
+
+    async def tests(self, test_file: Path, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+        rel = str(test_file.relative_to(jax_root))
+        key = keys.digest("tests", keys.versions(keys.JAX_LIBRARIES), keys.tern_fingerprint(), rel,
+                          keys.closure_hash(test_file, jax_root / self.package, self.package))
+        job = self._job("jax", "tern.verify.tasks:translated_tests", {"root": str(jax_root), "files": [rel]}, jax_root)
+        value, failure, hit = await self._run("tests", key, job)
+        if value is not None and not hit:
+            self.cache.put(key, "tests", value)
+        return value, failure, hit
+
+    # -- the whole package ----------------------------------------------------------------
+
+    async def verify(self) -> PackageReport:
+        started = time.perf_counter()
+        jax_root = link_root(self.cache.state_dir, self.translated, self.package)
+        modules = package_modules(jax_root, self.package)
+        tests_out: dict[str, tuple] = {}
+        replays: dict[str, tuple] = {}
+        recording: dict = {}
+
+        async def run_tests(path: Path) -> None:
+            tests_out[str(path.relative_to(jax_root / self.package))] = await self.tests(path, jax_root)
+
+        async def record_then_replay() -> None:
+            value, failure = await self.record()
+            recording["value"], recording["failure"] = value, failure
+            by_module: dict[str, list[dict]] = {m: [] for m in modules}
+            for case in (value or {}).get("cases", []):
+                by_module.setdefault(case["target"].partition(":")[0], []).append(case)
+            async with anyio.create_task_group() as group:
+                for module, cases in by_module.items():
+                    async def one(module=module, cases=cases) -> None:
+                        replays[module] = await self.replay(module, cases, (value or {}).get("dir", ""), jax_root)
+                    group.start_soon(one)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(record_then_replay)
+            for path in test_files(jax_root / self.package):
+                group.start_soon(run_tests, path)
+        rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"))
+        return PackageReport(
+            package=self.package, original=str(self.original), translated=str(self.translated), rows=rows,
+            original_tests=(recording.get("value") or {}).get("tests", {}).get("tests", {}),
+            record_error=_describe_failure(recording.get("failure")),
+            skipped=(recording.get("value") or {}).get("skipped", {}),
+            phases={k: round(v, 4) for k, v in self.phases.items()},
+            seconds=round(time.perf_counter() - started, 4),
+            cached_jobs=sum(1 for j in self.jobs if j["cached"]), jobs=len(self.jobs),
+        )
+
+
+def _describe_failure(result: JobResult | None) -> str:
+    if result is None:
+        return ""
+    return f"{result.cause}: {result.error.strip().splitlines()[-1] if result.error.strip() else ''}"
