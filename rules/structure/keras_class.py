@@ -612,8 +612,12 @@ class _WeightRewriter(cst.CSTTransformer):
         op = {"assign": "", "assign_add": f"{attr}.value + ", "assign_sub": f"{attr}.value - "}[method]
         if op and not isinstance(new_call.args[0].value, (cst.Name, cst.Attribute, cst.Call, cst.Integer, cst.Float, cst.Subscript)):
             value = f"({value})"
+        # Keras reads an assigned variable as a new leaf: no gradient flows back through
+        # the assignment. A Flax variable's new value is a traced expression that would
+        # carry one, so the update stops it explicitly.
+        stop = self.ctx.plan.spell("jax") + ".lax.stop_gradient"
         return cst.parse_statement(
-            f"if not self.is_initializing():\n    {attr}.value = {op}{value}\n"
+            f"if not self.is_initializing():\n    {attr}.value = {stop}({op}{value})\n"
         ).with_changes(leading_lines=updated.leading_lines)
 
 

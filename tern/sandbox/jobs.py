@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tf", "jax"]
+Kind = Literal["tf", "tf_keras", "jax"]  # tf_keras: TensorFlow with legacy Keras 2 (``[tool.tern] keras``)
 
 # How a job ended. "ok": the task returned; "error": the task raised (traceback in
 # ``error``); the rest are ends the pool imposed, after which the worker is replaced.

@@ -29,6 +29,8 @@ class Cache:
     def __init__(self, state_dir: Path, enabled: bool = True):
         self.state_dir = state_dir
         self.enabled = enabled
+        #: kinds read as misses (still written): e.g. re-run JAX jobs but keep recordings
+        self.skip_kinds: set[str] = set()
         self.hits = 0
         self.misses = 0
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -52,8 +54,8 @@ class Cache:
     def recordings(self) -> Path:
         return self.state_dir / "recordings"
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        if not self.enabled:
+    def get(self, key: str, kind: str = "") -> dict[str, Any] | None:
+        if not self.enabled or kind in self.skip_kinds:
             self.misses += 1
             return None
         row = self.db.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone()

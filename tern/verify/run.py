@@ -69,7 +69,7 @@ class PackageVerifier:
 
     async def _run(self, phase: str, key: str | None, job: Job) -> tuple[dict | None, JobResult | None, bool]:
         """(value, failed job result, cache hit). Only successful jobs are cached."""
-        cached = self.cache.get(key) if key else None
+        cached = self.cache.get(key, phase) if key else None
         if cached is not None:
             self.jobs.append({"phase": phase, "cached": True, "seconds": 0.0})
             return cached, None, True
@@ -91,7 +91,7 @@ class PackageVerifier:
                           keys.tree_hash(self.original), self.config.keras, list(self.config.cases))
         final = self.cache.recordings / key
         if final.is_dir():
-            cached = self.cache.get(key)
+            cached = self.cache.get(key, "record")
             if cached is not None:
                 return {**cached, "dir": str(final)}, None
         self.cache.recordings.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,8 @@ class PackageVerifier:
         tests = [str(p.relative_to(tf_root)) for p in test_files(tf_root / self.package)]
         payload = {"root": str(tf_root), "package": self.package, "tests": tests, "out": str(partial),
                    "keras": self.config.keras, "config_cases": list(self.config.cases)}
-        job = self._job("tf", "tern.verify.tasks:record_tests", payload, tf_root, writable=(str(self.cache.recordings),))
+        kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
+        job = self._job(kind, "tern.verify.tasks:record_tests", payload, tf_root, writable=(str(self.cache.recordings),))
         self.progress(f"{self.package}: recording the original tests")
         value, failure, _ = await self._run("record", None, job)
         if failure is not None:

@@ -1,0 +1,169 @@
+"""What one verification costs: the naive loop beside tern warm and tern cached.
+
+Usage: python eval/bench_verify.py [--limit N] [--names a,b,...]
+
+Per fixture package (those ``fixtures/expected/status.toml`` marks "pass"; the first
+``--limit``, default 6, in name order), in one run:
+
+(a) naive: a fresh ``python -m pytest`` on the original TF tests and another on the
+    translated tests, as a user or an agent without tern would run them;
+(b) tern warm: ``verify`` through the project's daemon, workers up, the TF recordings
+    cached (made once per TF source version) but every JAX job run again (the replays
+    and translated tests, i.e. the part that changes while one edits a translation);
+(c) tern cached: ``verify`` again with nothing changed.
+
+Prints per package and the median over packages, the ratios (a)/(b) (target >= 50x)
+and (c) in milliseconds (target <= 20 ms), peak memory of each side, and whether the
+per-test outcomes of (b) and (c) equal those of (a). A report, not a test: exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tern.verify.junit import junit_outcomes  # noqa: E402
+
+FIXTURES = ROOT / "fixtures" / "tf"
+EXPECTED = ROOT / "fixtures" / "expected"
+TARGET_WARM = 50.0
+TARGET_CACHED_MS = 20.0
+
+
+def naive(root: Path, package: str, block_tf: bool, scratch: Path) -> tuple[float, dict[str, str]]:
+    """One fresh pytest process on the package's tests; (seconds, outcomes)."""
+    junit = scratch / f"{package}-{'jax' if block_tf else 'tf'}.xml"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": str(root)}
+    tests = [str(p) for p in sorted((root / package).rglob("*.py")) if p.stem.endswith("_test") or p.stem.startswith("test_")]
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(root), "-c", os.devnull,
+                    f"--junitxml={junit}", "-o", "junit_family=xunit1", *tests],
+                   capture_output=True, text=True, cwd=root, env=env, timeout=600)
+    seconds = time.perf_counter() - started
+    return seconds, junit_outcomes(junit) if junit.exists() else {}
+
+
+def peak_children_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def tree_peak_mb(pid: int) -> float:
+    """Sum of the peak RSS (VmHWM) of ``pid`` and its descendants."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+        todo.extend(int(c) for c in children)
+    return total
+
+
+async def tern_runs(names: list[str], project: Path) -> dict:
+    from tern.sandbox.client import open_runner
+    from tern.verify.cache import Cache
+    from tern.verify.config import VerifyConfig
+    from tern.verify.run import PackageVerifier
+
+    state = project / ".tern"
+    results: dict = {}
+    async with open_runner(project, daemon="require", writable_roots=(state,)) as runner:
+        await runner.run(_echo("tf"))
+        await runner.run(_echo("jax"))
+        for name in names:  # prime: TF recordings, JAX compilation cache
+            await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=Cache(state), config=VerifyConfig()).verify()
+        for name in names:
+            warm_cache = Cache(state)
+            warm_cache.skip_kinds = {"replay", "tests"}
+            started = time.perf_counter()
+            warm = await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=warm_cache, config=VerifyConfig()).verify()
+            warm_s = time.perf_counter() - started
+            started = time.perf_counter()
+            cached = await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=Cache(state), config=VerifyConfig()).verify()
+            cached_s = time.perf_counter() - started
+            results[name] = {"warm": (warm_s, warm), "cached": (cached_s, cached)}
+        status = await runner.status()
+    results["_status"] = status
+    return results
+
+
+def _echo(kind: str):
+    from tern.sandbox.jobs import Job
+
+    return Job(kind=kind, task="tern.sandbox.tasks:echo", payload={})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--limit", type=int, default=6)
+    parser.add_argument("--names", default="")
+    args = parser.parse_args()
+    status = tomllib.loads((EXPECTED / "status.toml").read_text())["fixture"]
+    names = args.names.split(",") if args.names else [n for n in sorted(status) if status[n] == "pass"][: args.limit]
+    with tempfile.TemporaryDirectory(prefix="tern-bench-verify-") as tmp:
+        project = Path(tmp)
+        (project / "pyproject.toml").write_text("[project]\nname = 'bench'\n")
+        scratch = project / "junit"
+        scratch.mkdir()
+        print(f"packages: {', '.join(names)}")
+        naive_rows = {}
+        for name in names:
+            tf_s, tf_out = naive(FIXTURES, name, False, scratch)
+            jax_s, jax_out = naive(EXPECTED, name, True, scratch)
+            naive_rows[name] = (tf_s + jax_s, tf_out, jax_out)
+        naive_peak = peak_children_mb()
+        runs = anyio.run(tern_runs, names, project)
+        tern_status = runs.pop("_status")
+        server_pid = tern_status.get("pid")
+        tern_peak = tree_peak_mb(server_pid) if server_pid else float("nan")
+        subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(project)], capture_output=True)
+    print(f"{'package':26} {'naive s':>8} {'warm s':>8} {'cached ms':>10} {'naive/warm':>10}  same results")
+    ratios, cached_ms = [], []
+    for name in names:
+        total, tf_out, jax_out = naive_rows[name]
+        warm_s, warm = runs[name]["warm"]
+        cached_s, cached = runs[name]["cached"]
+        same = _same(tf_out, jax_out, warm) and _same(tf_out, jax_out, cached)
+        ratios.append(total / warm_s)
+        cached_ms.append(cached_s * 1000)
+        print(f"{name:26} {total:8.2f} {warm_s:8.3f} {cached_s * 1000:10.1f} {total / warm_s:9.1f}x  {same}")
+    median_ratio, median_cached = statistics.median(ratios), statistics.median(cached_ms)
+    print(f"median: naive/warm {median_ratio:.1f}x (target >= {TARGET_WARM:g}x: {'met' if median_ratio >= TARGET_WARM else 'NOT met'}); "
+          f"cached {median_cached:.1f} ms per package (target <= {TARGET_CACHED_MS:g} ms: {'met' if median_cached <= TARGET_CACHED_MS else 'NOT met'})")
+    print(f"peak memory: naive {naive_peak:.0f} MB (largest single pytest process); tern {tern_peak:.0f} MB (daemon and all its workers)")
+    return 0
+
+
+def _same(tf_out: dict, jax_out: dict, report) -> bool:
+    """Same outcomes: the original tests tern ran equal the naive TF run, and the
+    translated tests that passed under tern are those that passed naively."""
+    originals = {k.split("::")[-1]: v == "passed" for k, v in report.original_tests.items() if v != "skipped"}
+    naive_tf = {k.split("::")[-1]: v == "passed" for k, v in tf_out.items() if v != "skipped"}
+    passed_naive = sum(1 for v in jax_out.values() if v == "passed")
+    passed_tern = sum(r.tests_passed for r in report.rows)
+    return originals == naive_tf and passed_naive == passed_tern
+
+
+if __name__ == "__main__":
+    sys.exit(main())

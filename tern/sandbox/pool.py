@@ -1,0 +1,231 @@
+"""Warm worker pools behind one async ``Sandbox.run(job) -> JobResult``.
+
+Workers of a kind start on the first job of that kind (a JAX-only run never pays for
+TensorFlow), up to ``workers`` per kind; further jobs wait for a free one. While a job
+runs, a watchdog polls the worker's process tree and ends the job (killing the whole
+tree) on its wall-time, memory or CPU limit or on a fork bomb; the worker's own RLIMIT_CPU
+usually ends a CPU spin first. A worker that ended badly is replaced in the background,
+and one that has served ``recycle_after`` jobs is retired, so leaks inside it stay bounded.
+Every path ends in a ``JobResult``; exceptions are left for bugs.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from tern.sandbox import isolation, procfs
+from tern.sandbox.handle import StartFailed, WorkerHandle
+from tern.sandbox.jobs import Job, JobResult
+
+KINDS = ("tf", "tf_keras", "jax")  # tf_keras: TensorFlow with legacy Keras 2 as tf.keras
+_TERN_ROOT = str(Path(__file__).resolve().parents[2])  # the worker runs this same tern
+
+
+@dataclass
+class _Kind:
+    """The workers of one kind. Each running job holds one of ``slots``."""
+
+    slots: anyio.Semaphore
+    idle: list[WorkerHandle] = field(default_factory=list)
+    busy: set[WorkerHandle] = field(default_factory=set)
+    starting: int = 0
+    served: int = 0
+    restarts: int = 0
+    recycled: int = 0
+    ends: collections.Counter = field(default_factory=collections.Counter)
+    start_seconds: list[float] = field(default_factory=list)
+    last_start_error: str = ""
+
+    @property
+    def total(self) -> int:
+        return len(self.idle) + len(self.busy) + self.starting
+
+
+class Sandbox:
+    """Run jobs in warm, isolated worker processes; use as ``async with Sandbox(state_dir) as sb``.
+
+    ``writable_roots`` are bound writable into every worker when it starts (bubblewrap
+    cannot add mounts later), so a job's ``writable`` directories must lie under one of them.
+    """
+
+    def __init__(self, state_dir: Path, *, workers: int | None = None, keras: str = "keras3",
+                 isolation: str = "auto", writable_roots: tuple[Path, ...] = (), recycle_after: int = 200):
+        self.state_dir = Path(state_dir).resolve()
+        self.size = workers or os.cpu_count() or 1
+        self.keras = keras
+        self.recycle_after = recycle_after
+        self.writable_roots = tuple(Path(p).resolve() for p in writable_roots)
+        self.level = ""
+        self._requested = isolation
+        self._kinds: dict[str, _Kind] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._live: set[WorkerHandle] = set()  # every spawned worker not yet closed
+
+    async def __aenter__(self) -> "Sandbox":
+        self.level = await anyio.to_thread.run_sync(isolation.detect, self._requested)
+        for path in (self._scratch, self._jax_cache, *self.writable_roots):
+            path.mkdir(parents=True, exist_ok=True)
+        procfs.kill_orphans(f"{self._scratch}{os.sep}")  # left by a tern killed mid start-up
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Kill running jobs (their ``run`` returns "cancelled"), stop idle workers, reap all."""
+        self._closed = True
+        idle = {w for kind in self._kinds.values() for w in kind.idle}
+        for worker in self._live - idle:
+            worker.kill("cancelled", "the sandbox was closed while the job ran")
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # replacements still starting, retirements in progress
+        await self._tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            while self._live:
+                async with anyio.create_task_group() as tg:
+                    for worker in list(self._live):
+                        tg.start_soon(worker.close)
+
+    @property
+    def _scratch(self) -> Path:
+        return self.state_dir / "scratch"
+
+    @property
+    def _jax_cache(self) -> Path:
+        return self.state_dir / "jax-cache"
+
+    async def run(self, job: Job) -> JobResult:
+        """Run ``job`` on a free worker of its kind; safe to call from many tasks at once."""
+        if self._tg is None:
+            raise RuntimeError("Sandbox.run() outside 'async with Sandbox(...)'")
+        if self._closed:
+            return JobResult("cancelled", error="the sandbox is closed")
+        if problem := self._invalid(job):
+            return JobResult("error", error=problem)
+        kind = self._kind(job.kind)
+        async with kind.slots:
+            worker = await self._take(job.kind, kind)
+            if self._closed and isinstance(worker, WorkerHandle):
+                await worker.close()
+            if self._closed:
+                return JobResult("cancelled", error="the sandbox was closed before the job ran")
+            if isinstance(worker, JobResult):
+                return worker
+            kind.busy.add(worker)
+            try:
+                result = await worker.run(job)
+            finally:
+                kind.busy.discard(worker)
+                self._give_back(job.kind, kind, worker)
+        kind.served += 1
+        kind.ends[result.cause] += 1
+        return result
+
+    async def warm(self, *kinds: str) -> None:
+        """Start every worker of ``kinds`` (default: jax) now rather than on first use."""
+        async with anyio.create_task_group() as tg:
+            for name in kinds or ("jax",):
+                for _ in range(self.size):
+                    tg.start_soon(self._refill, name)
+
+    def status(self) -> dict[str, Any]:
+        kinds = {}
+        for name, kind in self._kinds.items():
+            workers = [{"pid": w.pid, "busy": w in kind.busy, "jobs": w.jobs, "scratch": str(w.root)}
+                       for w in [*kind.busy, *kind.idle]]
+            kinds[name] = {
+                "workers": workers, "busy": len(kind.busy), "idle": len(kind.idle), "starting": kind.starting,
+                "jobs_served": kind.served, "restarts": kind.restarts, "recycled": kind.recycled,
+                "ends": dict(kind.ends), "start_seconds": [round(s, 2) for s in kind.start_seconds[-10:]],
+                "last_start_error": kind.last_start_error,
+            }
+        return {"isolation": self.level, "workers_per_kind": self.size, "kinds": kinds}
+
+    def _invalid(self, job: Job) -> str:
+        if job.kind not in KINDS:
+            return f"unknown worker kind {job.kind!r}; expected one of {KINDS}"
+        for directory in job.writable:
+            real = Path(os.path.realpath(directory))
+            if not any(real == root or root in real.parents for root in self.writable_roots):
+                roots = ", ".join(map(str, self.writable_roots)) or "none configured"
+                return (f"writable directory {directory} is not under the sandbox's writable roots ({roots}); "
+                        "pass its parent in Sandbox(writable_roots=...)")
+        return ""
+
+    def _kind(self, name: str) -> _Kind:
+        if name not in self._kinds:
+            self._kinds[name] = _Kind(anyio.Semaphore(self.size))
+        return self._kinds[name]
+
+    async def _take(self, name: str, kind: _Kind) -> WorkerHandle | JobResult:
+        while kind.idle:
+            worker = kind.idle.pop()
+            if worker.alive:
+                return worker
+            kind.restarts += 1
+            self._retire(worker)
+        try:
+            return await self._start(name, kind)
+        except StartFailed as failure:
+            return JobResult("crash", error=f"worker failed to start: {failure}")
+
+    def _give_back(self, name: str, kind: _Kind, worker: WorkerHandle) -> None:
+        if worker.alive and worker.jobs < self.recycle_after and not self._closed:
+            kind.idle.append(worker)
+            return
+        if self._closed:
+            return  # __aexit__ closes it
+        if worker.alive:
+            kind.recycled += 1
+        else:
+            kind.restarts += 1
+        self._retire(worker)
+        assert self._tg is not None
+        self._tg.start_soon(self._refill, name)
+
+    def _retire(self, worker: WorkerHandle) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(worker.close)
+
+    async def _refill(self, name: str) -> None:
+        """Bring the kind back to ``size`` workers: replacements and ``warm`` start ahead of need."""
+        kind = self._kind(name)
+        async with kind.slots:
+            if self._closed or kind.total >= self.size:
+                return
+            try:
+                worker = await self._start(name, kind)
+            except StartFailed:
+                return  # recorded in status; the next job of this kind tries again and reports it
+            kind.idle.append(worker)
+
+    async def _start(self, name: str, kind: _Kind) -> WorkerHandle:
+        if self._closed:
+            raise StartFailed("the sandbox is closed")
+        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
+        worker_kind, keras = ("tf", "tf_keras") if name == "tf_keras" else (name, self.keras)
+        argv = [*isolation.launcher(self.level, [root, self._jax_cache, *self.writable_roots]),
+                sys.executable, "-m", "tern.sandbox.worker", "--kind", worker_kind, "--scratch-root", str(root),
+                "--keras", keras, "--jax-cache", str(self._jax_cache)]
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [_TERN_ROOT, os.environ.get("PYTHONPATH")])))
+        env.pop("TF_USE_LEGACY_KERAS", None)  # the worker sets it from --keras
+        kind.starting += 1
+        try:
+            worker = await WorkerHandle.start(name, argv, root, env, self._live)
+        except StartFailed as failure:
+            kind.last_start_error = str(failure)
+            raise
+        finally:
+            kind.starting -= 1
+        kind.start_seconds.append(worker.start_seconds)
+        return worker

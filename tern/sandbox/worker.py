@@ -1,0 +1,277 @@
+"""A long-lived worker: import TensorFlow (or JAX) once, then run many jobs.
+
+``python -m tern.sandbox.worker --kind tf|jax --scratch-root DIR [--keras keras3|tf_keras]
+[--jax-cache DIR]``
+
+``import tensorflow`` costs seconds and hundreds of MB while a check's own compute takes
+milliseconds, so the expensive part is done once per worker. Translated and LLM-written
+code runs here, never in the tern process.
+
+Protocol: frames of a 4-byte big-endian length and UTF-8 JSON. The pool writes ``Job``
+frames to our stdin; we answer on our original stdout with one ``{"ready": ...}`` frame
+after the imports and one ``JobResult`` frame per job. Both pipes are moved to private
+fds at start-up and fds 0/1/2 are pointed elsewhere, so nothing a job or a library prints
+can corrupt the protocol; what a job prints is captured to a file and its tail returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import struct
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tern.sandbox.isolation import Guard
+from tern.sandbox.jobs import Job, JobResult
+
+TASK_PREFIXES = ("tern.",)  # only tern's own task functions; they decide what the untrusted code may do
+OUTPUT_TAIL = 8192  # bytes of printed output returned with a result
+OUTPUT_FILE = "output.txt"  # under the scratch root; the pool reads it when it ends a job itself
+BLOCKED_IN_JAX = ("tensorflow", "keras", "tf_keras")
+_JOB_SIGNALS = (signal.SIGXCPU, signal.SIGALRM, signal.SIGINT, signal.SIGTERM)
+_HEADER = struct.Struct(">I")
+
+
+def write_frame(fd: int, value: dict) -> None:
+    data = json.dumps(value).encode()
+    data = _HEADER.pack(len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_frame(fd: int) -> bytes | None:
+    """The next frame's JSON text, or None when the pool closed the pipe."""
+    header = _read_exactly(fd, _HEADER.size)
+    return None if header is None else _read_exactly(fd, _HEADER.unpack(header)[0])
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _claim_protocol_fds() -> tuple[int, int]:
+    """Keep the pipes for ourselves; fd 0 reads /dev/null, fd 1 goes where stderr goes."""
+    proto_in, proto_out = os.dup(0), os.dup(1)  # dup'd fds are not inherited across exec
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
+def _import_kind(kind: str, keras: str, jax_cache: str) -> None:
+    """Environment first (libraries read it at import), then the heavy imports, once."""
+    if kind == "tf":
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        if keras == "tf_keras":
+            os.environ["TF_USE_LEGACY_KERAS"] = "1"
+        import tensorflow  # noqa: F401
+        return
+    for name in BLOCKED_IN_JAX:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import tensorflow` now raises ImportError
+    os.environ.update({
+        "JAX_PLATFORMS": "cpu",
+        "JAX_DEFAULT_PRNG_IMPL": "rbg",  # threefry compiles for seconds per new shape on CPU
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    })
+    if jax_cache:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = jax_cache
+    import flax.linen  # noqa: F401
+    import jax  # noqa: F401
+    import jax.numpy  # noqa: F401
+    import numpy  # noqa: F401
+    import optax  # noqa: F401
+
+
+def _restore_signals(handlers: dict[int, Any]) -> None:
+    """A job's alarm or SIGXCPU handler must not outlive it and hit the next job."""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def _no_core_dumps() -> None:
+    """A segfaulting job must not leave a core file the size of TensorFlow in its scratch."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0 (also stops core pipes)
+    except (OSError, AttributeError):
+        pass
+
+
+class Worker:
+    """Runs jobs one at a time, each in a fresh scratch directory, and cleans up after it."""
+
+    def __init__(self, kind: str, root: Path, guard: Guard, tmp: Path):
+        self.kind, self.root, self.guard, self.tmp = kind, root, guard, tmp
+        self.jobs = 0
+        # Packages loaded at start-up are never purged, nor their submodules imported later:
+        # a second copy of a TensorFlow or JAX internal module breaks the first.
+        self.startup_packages = frozenset(name.partition(".")[0] for name in sys.modules)
+
+    def run(self, job: Job) -> JobResult:
+        started = time.monotonic()
+        self.jobs += 1
+        module, _, name = job.task.partition(":")
+        if not module.startswith(TASK_PREFIXES) or not name:
+            return JobResult("error", error=f"task {job.task!r} is not allowed (only {TASK_PREFIXES} tasks run)")
+        scratch = self.root / f"job-{self.jobs}"
+        with self.guard.trusted():
+            scratch.mkdir()
+        self._limit_cpu(job.cpu_seconds)
+        saved_path, saved_streams = list(sys.path), (sys.stdout, sys.stderr)
+        if job.sys_path:
+            importlib.invalidate_caches()  # files written since the last job are found
+        self.guard.enter([scratch, *job.writable])
+        handlers = {sig: signal.getsignal(sig) for sig in _JOB_SIGNALS}
+        out_fd = self._redirect_output()
+        try:
+            os.chdir(scratch)
+            sys.path[:0] = list(job.sys_path)
+            fn = getattr(importlib.import_module(module), name)
+            value = fn(dict(job.payload), scratch)
+            json.dumps(value)  # a value the pool cannot decode would look like a crash
+            if not isinstance(value, dict):
+                raise TypeError(f"task returned {type(value).__name__}, expected dict")
+            result = JobResult("ok", value=value)
+        except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are job outcomes too
+            result = JobResult("error", error=traceback.format_exc())
+        finally:
+            self.guard.leave()
+            _restore_signals(handlers)
+            sys.stdout, sys.stderr = saved_streams
+            self._restore_output(out_fd)
+            sys.path[:] = saved_path
+            self._purge(job.sys_path)
+            os.chdir(self.root)
+            self._limit_cpu(60.0)  # headroom for our own clean-up, whatever the job used
+        output = self._cleanup(scratch)
+        return JobResult(result.cause, result.value, result.error, output, time.monotonic() - started, os.getpid())
+
+    @staticmethod
+    def _limit_cpu(seconds: float) -> None:
+        """SIGXCPU ends the job once it has used ``seconds`` more CPU than the worker so far."""
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = math.ceil(time.process_time() + seconds)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+    def _redirect_output(self) -> tuple[int, int]:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        saved = (os.dup(1), os.dup(2))
+        with self.guard.trusted():
+            fd = os.open(self.root / OUTPUT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return saved
+
+    @staticmethod
+    def _restore_output(saved: tuple[int, int]) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        for target, fd in zip((1, 2), saved):
+            os.dup2(fd, target)
+            os.close(fd)
+
+    def _purge(self, sys_path: tuple[str, ...]) -> None:
+        """Forget modules loaded from the job's paths, so an edited translation is re-imported.
+
+        A module counts as loaded from there when its file lies under a path (as given or
+        resolved: verification imports packages through symlinks), or when its top-level
+        name is a package or module directly in one of the paths (the next job may put
+        another package of the same name there)."""
+        if not sys_path:
+            return
+        roots = tuple({os.path.abspath(p) + os.sep for p in sys_path} | {os.path.realpath(p) + os.sep for p in sys_path})
+        names: set[str] = set()
+        for path in sys_path:
+            try:
+                names.update(entry.name.removesuffix(".py") for entry in os.scandir(path))
+            except OSError:
+                continue
+        for name, module in list(sys.modules.items()):
+            top = name.partition(".")[0]
+            if top in self.startup_packages or module is None:
+                continue
+            file = getattr(module, "__file__", None)
+            paths = [file] if file else list(getattr(module, "__path__", None) or ())
+            paths = [p for p in paths if isinstance(p, str)]
+            if top in names or any(p.startswith(roots) or os.path.realpath(p).startswith(roots) for p in paths):
+                del sys.modules[name]
+
+    def _cleanup(self, scratch: Path) -> str:
+        """Remove the job's scratch and TMPDIR contents; return the tail of what it printed."""
+        with self.guard.trusted():
+            with open(self.root / OUTPUT_FILE, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - OUTPUT_TAIL))
+                output = f.read().decode("utf-8", "replace")
+            shutil.rmtree(scratch, ignore_errors=True)
+            for entry in os.scandir(self.tmp):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+        return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tern.sandbox.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=("tf", "jax"), required=True)
+    parser.add_argument("--scratch-root", type=Path, required=True)
+    parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
+    parser.add_argument("--jax-cache", default="")
+    args = parser.parse_args(argv)
+    proto_in, proto_out = _claim_protocol_fds()
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    root = args.scratch_root.resolve()
+    tmp = root / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(tmp)
+    os.environ["TERN_WORKER_KIND"] = args.kind
+    import tempfile
+
+    tempfile.tempdir = None  # re-read TMPDIR
+    _no_core_dumps()
+    _import_kind(args.kind, args.keras, args.jax_cache)
+    importlib.import_module("tern.sandbox.tasks")
+    os.chdir(root)
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != str(root)]  # `-m` put our cwd there
+    guard = Guard([tmp, *([args.jax_cache] if args.jax_cache else [])])
+    worker = Worker(args.kind, root, guard, tmp)
+    guard.install()  # last: the worker's own set-up is trusted
+    write_frame(proto_out, {"ready": True, "pid": os.getpid(), "kind": args.kind})
+    while (frame := read_frame(proto_in)) is not None:
+        write_frame(proto_out, asdict(worker.run(Job.from_json(frame.decode()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Sandbox tasks of ``tern weights``: Keras weights out (TF worker), Flax variables in (JAX worker).
+
+``export_keras`` builds or loads the original model from a saved source, calls it on
+seeded inputs and writes one case (``arrays.write_case``): how to construct the model
+again, its variables as ported units (``port.py``), the inputs and the Keras outputs.
+``port_to_flax`` constructs the translated module the same way, grafts the units into
+its ``init`` tree (``graft.py``), saves the tree with orbax and replays the inputs.
+
+Both return ``{"outcome": "ok" | "usage" | "problem", ...}``: a bad request and a port
+that cannot be made are outcomes with a one-line ``message``, not exceptions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
+
+INPUT_SEED = 0
+BASE_CONFIG_KEYS = {"name", "trainable", "dtype"}  # what keras.Layer's own **kwargs take back
+
+
+class Outcome(Exception):
+    """Ends a task early with ``{"outcome": kind, "message": message}``."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _last_line(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip())
+    return text[:400] + (" ..." if len(text) > 400 else "")
+
+
+def _target(module: str, name: str) -> Any:
+    try:
+        obj = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a missing module is bad usage; anything else, the package's failure
+        if isinstance(exc, ModuleNotFoundError) and exc.name and f"{module}.".startswith(f"{exc.name}."):
+            raise Outcome("usage", f"--model: no module {module}") from None
+        raise Outcome("problem", f"importing {module}: {_last_line(exc)}") from None
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise Outcome("usage", f"--model: {module} has no {name}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _forget(package: str) -> None:
+    """Drop ``package``'s modules an earlier job left in this worker: the worker purges
+    by resolved path, and the link roots jobs import from are symlinks, so a translation
+    imported before (another one of the same package name, or an older edit) stays."""
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+# -- TF side -------------------------------------------------------------------------
+
+
+def _package_objects(root: Path, package: str) -> dict[str, Any]:
+    """The package's classes and functions by name: ``load_model``'s ``custom_objects``."""
+    from tern.verify.record import package_modules
+
+    objects: dict[str, Any] = {}
+    for name in package_modules(root, package):
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module the saved model does not need
+            continue
+        for attr, value in vars(module).items():
+            if getattr(value, "__module__", None) == name and (isinstance(value, type) or callable(value)):
+                objects.setdefault(attr, value)
+    return objects
+
+
+def _config_origin(source: Path, model: Any, package: str) -> dict:
+    """The class and constructor keywords a ``.keras`` file rebuilt its model with, when
+    ``load_model`` called ``cls(**config)`` on plain values (so they rebuild it exactly)."""
+    from tensorflow import keras  # Keras 3, or tf_keras in a tf_keras worker
+
+    cls = type(model)
+    where = f"{source.name} holds a {cls.__module__}.{cls.__qualname__}"
+    if not cls.__module__.startswith(package + ".") and cls.__module__ != package:
+        raise Outcome("usage", f"{where}, not a class of {package}: pass --model")
+    if getattr(cls.from_config, "__func__", None) is not keras.Model.from_config.__func__:
+        raise Outcome("usage", f"{where} with its own from_config: pass --model and its arguments")
+    config = _saved_config(source)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in config.items() if k not in BASE_CONFIG_KEYS}
+    odd = [k for k, v in kwargs.items() if k not in params or not _plain(v)]
+    if odd:
+        raise Outcome("usage", f"{where} whose config has {odd} (not plain constructor arguments): pass --model")
+    tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    return {"kind": "class", "module": cls.__module__, "name": cls.__qualname__,
+            "args": [], "kwargs": pack(tuples, [])}
+
+
+def _saved_config(source: Path) -> dict | None:
+    """The model config of a full-model file (``.keras`` zip, legacy HDF5); None for weights only."""
+    if zipfile.is_zipfile(source):
+        return json.loads(zipfile.ZipFile(source).read("config.json"))["config"]
+    import h5py
+
+    with h5py.File(source, "r") as f:
+        return json.loads(f.attrs["model_config"])["config"] if "model_config" in f.attrs else None
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _declared_inputs(model: Any) -> list:
+    """A functional or Sequential model's ``Input`` tensors (a subclassed model has none)."""
+    try:
+        return list(model.inputs or [])
+    except (AttributeError, ValueError, TypeError):
+        return []
+
+
+def _example_inputs(model: Any, specs: list[dict]) -> list[np.ndarray]:
+    """Seeded inputs of the given shapes, else of the model's own (``Input`` or build) shapes."""
+    if not specs:
+        specs = [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in _declared_inputs(model)]
+        if not specs:
+            shape = (model.get_build_config() or {}).get("input_shape") if hasattr(model, "get_build_config") else None
+            if isinstance(shape, (list, tuple)) and all(d is None or isinstance(d, int) for d in shape):
+                specs = [{"shape": list(shape), "dtype": "float32"}]
+    if not specs:
+        raise Outcome("usage", f"{type(model).__name__} declares no input shape: pass --input-shape (e.g. 2,12)")
+    rng = np.random.default_rng(INPUT_SEED)
+    inputs = []
+    for spec in specs:
+        shape = tuple(2 if i == 0 and d is None else d for i, d in enumerate(spec["shape"]))
+        if any(d is None for d in shape):
+            raise Outcome("usage", f"input shape {spec['shape']} has unknown dimensions: pass --input-shape")
+        dtype = np.dtype(spec["dtype"])
+        inputs.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+                      else rng.integers(0, 10, shape).astype(dtype))
+    return inputs
+
+
+def _call(model: Any, inputs: list[np.ndarray]) -> tuple[list, Any]:
+    """A functional/Sequential model with several inputs takes them as one list."""
+    several = len(inputs) > 1 and len(_declared_inputs(model)) > 1
+    args = [list(inputs)] if several else list(inputs)
+    try:
+        return args, model(*args, training=False)
+    except Exception as exc:  # noqa: BLE001 - most often inputs of the wrong shape
+        shapes = ", ".join(str(list(x.shape)) for x in inputs)
+        raise Outcome("problem", f"calling {type(model).__name__} on inputs {shapes}: {_last_line(exc)}") from None
+
+
+def _trackable_paths(root: Any) -> dict[int, tuple[Any, set[str]]]:
+    """Every variable reachable from ``root`` through tracked attributes: id -> (variable, paths)."""
+    import tensorflow as tf
+
+    view = tf.train.TrackableView(root)
+    found: dict[int, tuple[Any, set[str]]] = {}
+    queue, seen = [(root, "")], {id(root)}
+    while queue:
+        obj, prefix = queue.pop(0)
+        for name, child in view.children(obj).items():
+            path = f"{prefix}/{name}" if prefix else name
+            if isinstance(child, tf.Variable) or (hasattr(child, "assign") and hasattr(child, "shape")):
+                found.setdefault(id(child), (child, set()))[1].add(path)
+            elif id(child) not in seen:
+                seen.add(id(child))
+                queue.append((child, path))
+    return found
+
+
+def _restore_savedmodel(model: Any, source: Path) -> None:
+    """Each model variable takes the SavedModel variable at the same attribute path, of
+    the same shape and dtype; anything else (ambiguous, missing, left over) is a problem."""
+    import tensorflow as tf
+
+    mine, theirs = _trackable_paths(model), _trackable_paths(tf.saved_model.load(str(source)))
+    problems, used, overlap = [], set(), False
+    for variable in model.weights:
+        paths = mine.get(id(variable), (None, set()))[1]
+        hits = [v for v, p in theirs.values() if paths & p]
+        fit = [v for v in hits if tuple(v.shape) == tuple(variable.shape) and v.dtype == variable.dtype]
+        overlap = overlap or bool(hits)
+        if len(fit) == 1 and id(fit[0]) not in used:
+            used.add(id(fit[0]))
+            variable.assign(fit[0].numpy())
+            continue
+        have = ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in hits) or "nothing"
+        problems.append(f"{min(paths, default=variable.path)} {variable.dtype}{list(variable.shape)}: "
+                        + ("ambiguous (several variables fit, or one fits two)" if fit else f"SavedModel has {have} there"))
+    left = sorted(min(p) for v, p in theirs.values() if id(v) not in used and not all(x.startswith("optimizer/") for x in p))
+    if left:
+        problems.append(f"SavedModel variables the model has no place for: {', '.join(left[:6])}")
+    if problems and not overlap:
+        problems.append("no variable matched by attribute path (a model.export() archive? "
+                        "save with tf.saved_model.save(model, DIR) or model.save_weights)")
+    if problems:
+        raise Outcome("problem", "SavedModel: " + "; ".join(problems))
+
+
+def _restore_checkpoint(model: Any, source: Path) -> str:
+    import tensorflow as tf
+
+    prefix = tf.train.latest_checkpoint(str(source)) if source.is_dir() else str(source)
+    if prefix is None:
+        indexes = sorted(source.glob("*.index"))
+        if len(indexes) != 1:
+            raise Outcome("usage", f"{source}: {len(indexes)} checkpoints and no 'checkpoint' file: pass the prefix")
+        prefix = str(indexes[0].with_suffix(""))
+    tops = {k.split("/")[0] for k, _ in tf.train.list_variables(prefix)}
+    tops -= {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter", "optimizer"}
+    key = "model" if "model" in tops else next(iter(tops)) if len(tops) == 1 else None
+    checkpoint = tf.train.Checkpoint(**{key: model}) if key else tf.train.Checkpoint(model)
+    try:
+        status = checkpoint.read(prefix)
+        status.assert_existing_objects_matched()
+    except AssertionError as exc:  # TF lists the unmatched objects with their values: keep the paths
+        paths = re.findall(r"path=([^\s,]+)", str(exc))
+        raise Outcome("problem", f"checkpoint {prefix}: no values for model variables "
+                                 f"{', '.join(paths[:6]) or _last_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - shapes that differ, a file TF cannot read
+        raise Outcome("problem", f"checkpoint {prefix}: {_last_line(exc)}") from None
+    status.expect_partial()
+    return f"checkpoint {prefix}" + (f" (root object {key!r})" if key else " (model at the root)")
+
+
+def _load(payload: dict) -> tuple[Any, dict, list[np.ndarray], str]:
+    """(built model with the source's weights, origin, inputs, note)."""
+    from tensorflow import keras  # Keras 3, or tf_keras in a tf_keras worker
+
+    source, fmt, spec = Path(payload["source"]), payload["format"], payload.get("model")
+    specs = payload.get("inputs", [])
+    target = _target(spec["module"], spec["name"]) if spec else None
+    args, kwargs = unpack(payload.get("args", []), []), unpack(payload.get("kwargs", {}), [])
+    origin = spec and {"kind": "class" if isinstance(target, type) else "factory", **spec,
+                       "args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
+    note = ""
+    if fmt == "keras" or (fmt == "h5" and _saved_config(source) is not None):
+        custom = _package_objects(Path(payload["root"]), payload["package"])
+        try:
+            model = keras.models.load_model(str(source), custom_objects=custom, compile=False)
+        except Exception as exc:  # noqa: BLE001 - keras raises anything on a file it cannot rebuild
+            raise Outcome("problem", f"keras could not load {source.name}: {_last_line(exc)}") from None
+        if origin is None or (target is type(model) and not (payload.get("args") or payload.get("kwargs"))):
+            try:  # no --model, or it names the saved class: the file's arguments, when they can be known
+                origin, note = _config_origin(source, model, payload["package"]), "constructor arguments from the file's config"
+            except Outcome:
+                if origin is None:
+                    raise
+        return model, origin, _example_inputs(model, specs), note
+    if target is None:
+        raise Outcome("usage", f"a {fmt} source holds weights only: pass --model pkg.module:Name")
+    try:
+        model = target(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the user's constructor
+        raise Outcome("usage", f"--model {spec['module']}:{spec['name']}(...) failed: {_last_line(exc)}") from None
+    inputs = _example_inputs(model, specs)
+    _call(model, [np.zeros_like(x) for x in inputs])  # builds every variable
+    if fmt == "checkpoint":
+        note = _restore_checkpoint(model, source)
+    elif fmt == "savedmodel":
+        _restore_savedmodel(model, source)
+    else:
+        try:
+            model.load_weights(str(source))
+        except Exception as exc:  # noqa: BLE001 - a file that does not fit the model
+            raise Outcome("problem", f"loading {source.name} into {spec['name']}: {_last_line(exc)}") from None
+    return model, origin, inputs, note
+
+
+def export_keras(payload: dict, scratch: Path) -> dict:
+    """Task (TF worker): load ``payload["source"]`` into the original model and write
+    the case ``payload["out"]/case``."""
+    from tern.verify.port import PortError, keras_units
+    from tern.verify.record import _to_numpy
+
+    _forget(payload["package"])
+    try:
+        model, origin, inputs, note = _load(payload)
+        args, outputs = _call(model, inputs)
+        try:
+            units = keras_units(model)
+        except (PortError, KeyError) as exc:
+            raise Outcome("problem", f"porting the Keras variables: {_last_line(exc)}") from None
+    except Outcome as outcome:
+        return {"outcome": outcome.kind, "message": str(outcome)}
+    arrays: list[np.ndarray] = []
+    meta = {"origin": origin, "inputs": pack([args, {"training": False}], arrays, _to_numpy),
+            "outputs": pack(outputs, arrays, _to_numpy),
+            "units": [{**u, "tree": pack(u["tree"], arrays)} for u in units]}
+    write_case(Path(payload["out"]), "case", meta, arrays)
+    return {"outcome": "ok", "origin": origin, "note": note, "layer": type(model).__name__,
+            "keras_variables": len(model.weights), "inputs": [{"shape": list(x.shape), "dtype": x.dtype.name} for x in inputs]}
+
+
+# -- JAX side ------------------------------------------------------------------------
+
+
+def port_to_flax(payload: dict, scratch: Path) -> dict:
+    """Task (JAX worker): graft the case's units into the translated module's variables,
+    save them with orbax at ``payload["checkpoint"]``, replay and compare."""
+    import jax
+
+    from tern.verify.graft import graft
+    from tern.verify.replay import _build, _call_kwargs, compare
+    from tern.weights_io import describe, save_variables
+
+    meta, arrays = read_case(Path(payload["case"]), "case")
+    origin = meta["origin"]
+    _forget(origin["module"].split(".")[0])
+    try:
+        _target(origin["module"], origin["name"])
+    except Outcome as outcome:
+        return {"outcome": outcome.kind, "message": f"the translation: {outcome}"}
+    try:
+        module = _build(origin, arrays)
+        args, kwargs = unpack(meta["inputs"], arrays, jax.numpy.asarray)
+        kwargs = _call_kwargs(module, kwargs)
+        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+        abstract = jax.eval_shape(lambda a: module.init(rngs, *a, **kwargs), args)
+    except Exception as exc:  # noqa: BLE001 - the translated module's own failure
+        return {"outcome": "problem", "message": f"building the translated {origin['name']}: {_last_line(exc)}"}
+    init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
+    variables, problems = graft(init, [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]])
+    if problems:
+        return {"outcome": "problem", "message": "weights do not fit the translation", "problems": problems}
+    try:
+        got = jax.jit(lambda v, a: module.apply(v, *a, **kwargs))(variables, args)
+    except Exception as exc:  # noqa: BLE001 - the translated module's own failure
+        return {"outcome": "problem", "message": f"applying the translated {origin['name']}: {_last_line(exc)}"}
+    want = array_paths(meta["outputs"])
+    got_leaves = jax.tree_util.tree_leaves(got)
+    if len(got_leaves) != len(want):
+        checks = [{"name": "outputs", "ok": False, "problem": f"{len(got_leaves)} outputs, keras gave {len(want)}"}]
+    else:
+        checks = [compare(path, g, arrays[f"a{i}"], payload.get("tolerance")) for (path, i), g in zip(want, got_leaves)]
+    save_variables(Path(payload["checkpoint"]), variables)
+    return {"outcome": "ok", "variables": describe(variables), "outputs": checks}
+

@@ -1,0 +1,89 @@
+"""Placing Keras units into a Flax init tree: right places, and refusals, never guesses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tern.verify.graft import flatten, graft
+
+
+def z(*shape):
+    return np.zeros(shape, np.float32)
+
+
+def dense(i, o, value=1.0):
+    return {"params": {"kernel": np.full((i, o), value, np.float32), "bias": np.full((o,), value, np.float32)}}
+
+
+def test_named_units_land_at_their_attribute_path():
+    init = {"params": {"dense1": {"kernel": z(3, 4), "bias": z(4)}, "out": {"kernel": z(4, 2), "bias": z(2)}}}
+    tree, problems = graft(init, [
+        {"scope": "dense1", "path": "dense1", "layer": "Dense", "tree": dense(3, 4, 1.0)},
+        {"scope": "out", "path": "out", "layer": "Dense", "tree": dense(4, 2, 2.0)},
+    ])
+    assert problems == []
+    assert (tree["params"]["dense1"]["kernel"] == 1).all() and (tree["params"]["out"]["bias"] == 2).all()
+
+
+def test_fused_activation_wrapper_is_looked_through():
+    init = {"params": {"dense1": {"layers_0": {"kernel": z(3, 4), "bias": z(4)}}}}
+    tree, problems = graft(init, [{"scope": "dense1", "path": "dense1", "layer": "Dense", "tree": dense(3, 4, 5.0)}])
+    assert problems == []
+    assert (tree["params"]["dense1"]["layers_0"]["kernel"] == 5).all()
+
+
+def test_own_variables_merge_beside_submodules():
+    init = {"params": {"query": z(4), "proj": {"kernel": z(4, 4), "bias": z(4)}},
+            "batch_stats": {"mean": z(4)}}
+    tree, problems = graft(init, [
+        {"scope": "", "path": "", "layer": "Custom", "own": True,
+         "tree": {"params": {"query": np.ones(4, np.float32)}, "batch_stats": {"mean": np.full(4, 3, np.float32)}}},
+        {"scope": "proj", "path": "proj", "layer": "Dense", "tree": dense(4, 4, 7.0)},
+    ])
+    assert problems == []
+    assert (tree["batch_stats"]["mean"] == 3).all() and (tree["params"]["proj"]["bias"] == 7).all()
+
+
+def test_sequential_layers_are_placed_in_order_among_auto_named_submodules():
+    init = {"params": {"Dense_0": {"kernel": z(3, 4), "bias": z(4)}, "Dense_1": {"kernel": z(4, 4), "bias": z(4)},
+                       "Dense_2": {"kernel": z(4, 4), "bias": z(4)}}}
+    units = [{"scope": "", "path": None, "layer": "Dense", "tree": dense(3, 4, 1.0)},
+             {"scope": "", "path": None, "layer": "Dense", "tree": dense(4, 4, 2.0)},
+             {"scope": "", "path": None, "layer": "Dense", "tree": dense(4, 4, 3.0)}]
+    tree, problems = graft(init, units)
+    assert problems == []
+    assert [float(tree["params"][f"Dense_{i}"]["bias"][0]) for i in range(3)] == [1.0, 2.0, 3.0]
+
+
+def test_batchnorm_collections_stay_together():
+    init = {"params": {"BatchNorm_0": {"scale": z(4), "bias": z(4)}},
+            "batch_stats": {"BatchNorm_0": {"mean": z(4), "var": z(4)}}}
+    unit = {"scope": "", "path": None, "layer": "BatchNormalization",
+            "tree": {"params": {"scale": np.ones(4, np.float32), "bias": z(4)},
+                     "batch_stats": {"mean": z(4), "var": np.full(4, 2, np.float32)}}}
+    tree, problems = graft(init, [unit])
+    assert problems == []
+    assert (tree["batch_stats"]["BatchNorm_0"]["var"] == 2).all()
+
+
+@pytest.mark.parametrize("units, expected", [
+    ([{"scope": "d", "path": "d", "layer": "Dense", "tree": dense(3, 5)}], "no matching Flax variables"),  # shape differs
+    ([{"scope": "other", "path": "other", "layer": "Dense", "tree": dense(3, 4)}], "nothing there"),  # wrong name
+    ([], "no Keras counterpart"),  # a Flax variable left empty
+    ([{"scope": "d", "path": "d", "layer": "Dense", "tree": dense(3, 4)},
+      {"scope": "d", "path": "d", "layer": "Dense", "tree": dense(3, 4)}], "no matching Flax variables"),  # claimed twice
+    ([{"scope": "", "path": None, "layer": "Dense", "tree": dense(4, 3)}], "no unclaimed Flax submodule"),  # ordered, no fit
+])
+def test_what_cannot_be_placed_is_reported(units, expected):
+    init = {"params": {"d": {"kernel": z(3, 4), "bias": z(4)}}}
+    _, problems = graft(init, units)
+    assert any(expected in p for p in problems), problems
+
+
+def test_values_take_the_flax_dtype_and_the_tree_keeps_its_structure():
+    init = {"params": {"d": {"kernel": np.zeros((2, 2), np.float16), "bias": np.zeros(2, np.float16)}}}
+    tree, problems = graft(init, [{"scope": "d", "path": "d", "layer": "Dense", "tree": dense(2, 2, 0.5)}])
+    assert problems == []
+    assert tree["params"]["d"]["kernel"].dtype == np.float16
+    assert set(flatten(tree)) == set(flatten(init))

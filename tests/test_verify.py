@@ -1,0 +1,178 @@
+"""``tern verify`` the way a user runs it: the CLI on the fixture translations.
+
+One project (a temporary directory with its own ``.tern/``) and one daemon serve the
+whole module, as they would serve a user's shell: the first run records the original TF
+tests and replays everything; later runs show the cache at work. The expected status of
+every module is written in ``fixtures/expected/verify.toml``, each non-equivalent one
+with the reason; ``fixtures/wrong`` holds translations with a deliberate mistake, which
+must come out as mismatches.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "tf"
+EXPECTED = ROOT / "fixtures" / "expected"
+WRONG = ROOT / "fixtures" / "wrong"
+EXPECT = tomllib.loads((EXPECTED / "verify.toml").read_text())["module"]
+
+
+def tern(project: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tern", *args], capture_output=True, text=True, cwd=project,
+                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    (root / "pyproject.toml").write_text("[project]\nname = 'verify-tests'\n")
+    shutil.copytree(EXPECTED, root / "out", ignore=shutil.ignore_patterns("__pycache__", "*.toml"))
+    yield root
+    tern(root, "serve", "--stop", "--project", str(root), timeout=120)
+
+
+def verify(project: Path, name: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = project / f"{name}.json"
+    proc = tern(project, "verify", "out", "--original", str(FIXTURES), "--json", str(report), *extra)
+    assert report.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(report.read_text())
+
+
+def rows(report: dict) -> dict[str, dict]:
+    return {row["module"]: row for package in report["packages"] for row in package["rows"]}
+
+
+@pytest.fixture(scope="module")
+def first(project):
+    return verify(project, "first")
+
+
+@pytest.fixture(scope="module")
+def second(project, first):
+    return verify(project, "second")
+
+
+def test_every_module_has_its_expected_status(first):
+    proc, report = first
+    found = {module: row["status"] for module, row in rows(report).items()}
+    assert found == EXPECT, "\n".join(
+        f"{m}: expected {EXPECT.get(m)}, got {found.get(m)}: {rows(report).get(m, {}).get('problems')}"
+        for m in sorted(set(found) | set(EXPECT)) if found.get(m) != EXPECT.get(m))
+    assert proc.returncode == 1  # some fixtures are expected mismatches and errors
+
+
+def test_equivalent_means_something_was_compared_and_agreed(first):
+    _, report = first
+    for module, row in rows(report).items():
+        if row["status"] == "equivalent":
+            assert row["cases_total"] + row["tests_total"] > 0, module
+            assert row["cases_matched"] == row["cases_total"] and row["tests_passed"] == row["tests_total"], module
+            assert not row["problems"], module
+        if row["status"] == "untested":
+            assert row["cases_total"] == row["tests_total"] == 0, module
+
+
+def test_replayed_layers_agree_within_float32_tolerance(first):
+    _, report = first
+    equivalent = [row for row in rows(report).values() if row["status"] == "equivalent" and row["cases_total"]]
+    assert len(equivalent) >= 15
+    assert all(row["max_abs"] is not None and row["max_abs"] < 1e-5 for row in equivalent)
+
+
+def test_original_tests_ran_and_passed_under_the_recorder(first):
+    _, report = first
+    for package in report["packages"]:
+        outcomes = package["original_tests"]
+        assert outcomes, package["package"]
+        assert all(o in ("passed", "skipped") for o in outcomes.values()), package["package"]
+
+
+def test_the_table_names_each_module_and_the_reason_for_each_mismatch(first):
+    proc, _ = first
+    assert "subclassed_model.model" in proc.stdout and "equivalent" in proc.stdout
+    assert "transformer_encoder.model: mismatch" in proc.stdout
+    assert "max abs" in proc.stdout
+
+
+def test_a_rerun_with_nothing_changed_is_served_from_the_cache(first, second):
+    _, before = first
+    proc, after = second
+    assert proc.returncode == 1
+    for package in after["packages"]:
+        assert package["cached_jobs"] == package["jobs"], package["package"]
+    assert {m: r["status"] for m, r in rows(after).items()} == {m: r["status"] for m, r in rows(before).items()}
+    assert after["run"]["daemon"] is True
+
+
+def test_an_edit_reruns_only_what_imports_the_edited_module(project, second):
+    layers = project / "out" / "custom_dense" / "layers.py"
+    layers.write_text(layers.read_text() + "\n# an edit\n")
+    _, report = verify(project, "third")
+    for package in report["packages"]:
+        if package["package"] == "custom_dense":
+            assert package["cached_jobs"] < package["jobs"]
+        else:
+            assert package["cached_jobs"] == package["jobs"], package["package"]
+    assert rows(report)["custom_dense.layers"]["status"] == "equivalent"
+
+
+def test_no_cache_runs_every_job(project, second):
+    proc = tern(project, "verify", "out/custom_dense", "--original", str(FIXTURES / "custom_dense"), "--no-cache",
+                "--json", str(project / "nocache.json"))
+    report = json.loads((project / "nocache.json").read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["packages"][0]["cached_jobs"] == 0
+
+
+def test_deliberately_wrong_translations_are_mismatches(project, second):
+    report_path = project / "wrong.json"
+    proc = tern(project, "verify", str(WRONG), "--original", str(FIXTURES), "--json", str(report_path))
+    report = json.loads(report_path.read_text())
+    found = rows(report)
+    assert proc.returncode == 1
+    assert found["group_norm_gelu.model"]["status"] == "mismatch", found["group_norm_gelu.model"]
+    assert found["resnet_block.model"]["status"] == "mismatch", found["resnet_block.model"]
+    assert any("max abs" in p for p in found["resnet_block.model"]["problems"])
+
+
+def test_a_tolerance_in_config_is_applied_per_module(tmp_path):
+    """The approximate GELU differs from Keras's exact one by ~1e-3: a module-level
+    tolerance of 1e-2 accepts it (and says so in every compared output)."""
+    project = tmp_path
+    (project / "pyproject.toml").write_text(
+        "[tool.tern.verify.tolerances]\n\"group_norm_gelu.model\" = { rtol = 1e-2, atol = 1e-2 }\n")
+    shutil.copytree(FIXTURES / "group_norm_gelu", project / "group_norm_gelu")
+    shutil.copytree(WRONG / "group_norm_gelu", project / "out" / "group_norm_gelu")
+    proc = tern(project, "verify", "out/group_norm_gelu", "--original", "group_norm_gelu", "--daemon", "never",
+                "--json", str(project / "r.json"))
+    report = json.loads((project / "r.json").read_text())
+    row = rows(report)["group_norm_gelu.model"]
+    assert row["status"] == "equivalent", row
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("verify", "does-not-exist"), "not a directory"),
+    (("verify", "out/custom_dense"), "pass --original"),
+    (("verify", "out", "--original", "nowhere"), "no original under"),
+])
+def test_bad_targets_get_a_clear_error(project, args, message):
+    proc = tern(project, *args, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_cache_clear_empties_the_store(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / ".tern").mkdir()
+    proc = tern(tmp_path, "cache", "clear", timeout=120)
+    assert proc.returncode == 0 and "cleared 0" in proc.stdout
