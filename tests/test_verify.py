@@ -176,3 +176,55 @@ def test_cache_clear_empties_the_store(tmp_path):
     (tmp_path / ".tern").mkdir()
     proc = tern(tmp_path, "cache", "clear", timeout=120)
     assert proc.returncode == 0 and "cleared 0" in proc.stdout
+
+
+GATE = '''
+import tensorflow as tf
+
+
+class Gate(tf.keras.layers.Layer):
+    """A gated projection: proj(x) * sigmoid(gate(x))."""
+
+    def __init__(self, units=4, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.proj = tf.keras.layers.Dense(units)
+        self.gate = tf.keras.layers.Dense(units, activation="sigmoid")
+
+    def call(self, inputs):
+        return self.proj(inputs) * self.gate(inputs)
+'''
+
+CASES = '''
+[[tool.tern.verify.cases]]
+target = "gates.layers:Gate"
+kwargs = { units = 3 }
+inputs = [{ shape = [2, 5], dtype = "float32" }]
+'''
+
+
+@pytest.mark.parametrize("keras", ["keras3", "tf_keras"])
+def test_a_module_without_tests_is_untested_until_config_gives_it_cases(tmp_path, keras):
+    """Untested is reported as such (exit 0, never "equivalent"); a [[tool.tern.verify.cases]]
+    entry makes it verifiable. Runs on Keras 3 and, selected per project, legacy Keras 2."""
+    (tmp_path / "gates").mkdir()
+    (tmp_path / "gates" / "__init__.py").write_text("")
+    (tmp_path / "gates" / "layers.py").write_text(GATE)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.tern]\nkeras = "{keras}"\n')
+    assert tern(tmp_path, "migrate", "gates", "--out", "out/gates", "-q").returncode == 0
+    proc = tern(tmp_path, "verify", "out/gates", "--daemon", "never", "--json", "r.json")
+    row = rows(json.loads((tmp_path / "r.json").read_text()))["gates.layers"]
+    assert (proc.returncode, row["status"], row["cases_total"]) == (0, "untested", 0), proc.stdout
+    (tmp_path / "pyproject.toml").write_text(f'[tool.tern]\nkeras = "{keras}"\n' + CASES)
+    proc = tern(tmp_path, "verify", "out/gates", "--daemon", "never", "--json", "r.json")
+    row = rows(json.loads((tmp_path / "r.json").read_text()))["gates.layers"]
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
+
+
+def test_migrate_then_verify_in_one_command(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    proc = tern(tmp_path, "migrate", str(FIXTURES / "custom_dense"), "--out", "out/custom_dense", "--verify", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "out" / "custom_dense.tern-verify.json").read_text())
+    assert rows(report)["custom_dense.layers"]["status"] == "equivalent"
+    tern(tmp_path, "serve", "--stop", "--project", str(tmp_path), timeout=120)

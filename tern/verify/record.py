@@ -108,7 +108,8 @@ class Recorder:
 
     def _new_wrapper(self, owner: type, new: Any):
         def __new__(cls, *args, **kwargs):
-            instance = new(cls, *args, **kwargs)
+            # object.__new__ refuses constructor arguments once __new__ is overridden
+            instance = new(cls) if new is object.__new__ else new(cls, *args, **kwargs)
             if cls is owner:
                 origin = {"kind": "class", "module": cls.__module__, "name": cls.__qualname__}
                 try:

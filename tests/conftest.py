@@ -1,0 +1,16 @@
+"""Suite-wide scheduling: the slowest modules first.
+
+``pytest -n 2 --dist loadfile`` hands whole files to workers in collection order; a
+several-minute module collected last would run alone at the end. Moving the slow ones to
+the front lets the many quick files fill the other worker meanwhile.
+"""
+
+SLOW_FIRST = ("test_verify.py", "test_sandbox.py", "test_fixtures.py", "test_weights_cmd.py", "test_server.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = item.path.name
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file is kept
