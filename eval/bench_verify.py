@@ -138,7 +138,7 @@ def main() -> int:
         server_pid = tern_status.get("pid")
         tern_peak = tree_peak_mb(server_pid) if server_pid else float("nan")
         subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(project)], capture_output=True)
-    print(f"{'package':26} {'naive s':>8} {'warm s':>8} {'cached ms':>10} {'naive/warm':>10}  same results")
+    print(f"{'package':26} {'naive s':>8} {'warm s':>8} {'cached ms':>10} {'naive/warm':>10}  same results  warm: worker s per phase")
     ratios, cached_ms = [], []
     for name in names:
         total, tf_out, jax_out = naive_rows[name]
@@ -147,7 +147,8 @@ def main() -> int:
         same = _same(tf_out, jax_out, warm) and _same(tf_out, jax_out, cached)
         ratios.append(total / warm_s)
         cached_ms.append(cached_s * 1000)
-        print(f"{name:26} {total:8.2f} {warm_s:8.3f} {cached_s * 1000:10.1f} {total / warm_s:9.1f}x  {same}")
+        phases = " ".join(f"{k} {v:.2f}" for k, v in warm.phases.items() if v)
+        print(f"{name:26} {total:8.2f} {warm_s:8.3f} {cached_s * 1000:10.1f} {total / warm_s:9.1f}x  {str(same):12}  {phases}")
     median_ratio, median_cached = statistics.median(ratios), statistics.median(cached_ms)
     print(f"median: naive/warm {median_ratio:.1f}x (target >= {TARGET_WARM:g}x: {'met' if median_ratio >= TARGET_WARM else 'NOT met'}); "
           f"cached {median_cached:.1f} ms per package (target <= {TARGET_CACHED_MS:g} ms: {'met' if median_cached <= TARGET_CACHED_MS else 'NOT met'})")

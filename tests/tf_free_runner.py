@@ -13,27 +13,18 @@ import importlib
 import json
 import sys
 import traceback
-import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tern.verify.junit import junit_outcomes as read_junit
 
 import os
 
 
 def junit_outcomes(junit: Path) -> dict[str, dict[str, str]]:
-    """package -> test id -> "passed" / "skipped" / "failure: ..." from a pytest junit file."""
+    """package -> test id -> outcome (``tern.verify.junit``'s reading, grouped by package)."""
     tests: dict[str, dict[str, str]] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        if case.get("name") == "test_session":
-            continue  # tf.test.TestCase's own inherited method, which pytest collects and skips
-        ident = f"{case.get('file') or case.get('classname')}::{case.get('name')}"
-        package = (case.get("classname") or "").split(".")[0]
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
-            elif child.tag == "skipped":
-                outcome = "skipped"
-        tests.setdefault(package, {})[ident] = outcome
+    for ident, outcome in read_junit(junit).items():
+        tests.setdefault(ident.split("/")[0].split("::")[0].split(".")[0], {})[ident] = outcome
     return tests
 
 

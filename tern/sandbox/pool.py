@@ -113,7 +113,7 @@ class Sandbox:
             return JobResult("error", error=problem)
         kind = self._kind(job.kind)
         async with kind.slots:
-            worker = await self._take(job.kind, kind)
+            worker = await self._take(job.kind, kind, job)
             if self._closed and isinstance(worker, WorkerHandle):
                 await worker.close()
             if self._closed:
@@ -121,6 +121,7 @@ class Sandbox:
             if isinstance(worker, JobResult):
                 return worker
             kind.busy.add(worker)
+            worker.ran.add((job.task, job.sys_path))
             try:
                 result = await worker.run(job)
             finally:
@@ -166,7 +167,13 @@ class Sandbox:
             self._kinds[name] = _Kind(anyio.Semaphore(self.size))
         return self._kinds[name]
 
-    async def _take(self, name: str, kind: _Kind) -> WorkerHandle | JobResult:
+    async def _take(self, name: str, kind: _Kind, job: Job) -> WorkerHandle | JobResult:
+        # Affinity: a worker that ran the same task on the same paths before has that
+        # code's JAX traces and compiled primitives in memory; re-verifying is much faster there.
+        for index, candidate in enumerate(kind.idle):
+            if candidate.alive and (job.task, job.sys_path) in candidate.ran:
+                kind.idle.append(kind.idle.pop(index))
+                break
         while kind.idle:
             worker = kind.idle.pop()
             if worker.alive:

@@ -27,12 +27,14 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
     """Run ``files`` with pytest in this process; ``{"exit": code, "tests": {...}}``.
 
     No cache provider and no config file: nothing is written outside ``scratch``, and
-    the user's own pytest configuration cannot change what is run."""
+    the user's own pytest configuration cannot change what is run. No unraisable-exception
+    plugin: its clean-up runs ``gc.collect()`` five times, which over a warm worker's heap
+    (TensorFlow or JAX loaded) costs half a second per run, more than the tests."""
     import pytest
 
     junit = scratch / "junit.xml"
     code = pytest.main([
-        *files, "-q", "-p", "no:cacheprovider", "--rootdir", str(rootdir), "-c", "/dev/null",
+        *files, "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
     ])
     return {"exit": int(code), "tests": junit_outcomes(junit) if junit.exists() else {}}

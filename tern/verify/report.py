@@ -30,6 +30,10 @@ class ModuleRow:
     status: str = "untested"
     problems: list[str] = field(default_factory=list)  # one line each: what differs or broke, and where
     cached: bool = False
+    #: per replayed case: target, id, status, and per output/gradient its max abs and rel error
+    cases: list[dict] = field(default_factory=list)
+    #: per translated test: "passed" / "failure: ..." / "error: ..." / "skipped"
+    tests: dict[str, str] = field(default_factory=dict)
 
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total
@@ -101,6 +105,9 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
         for case in value.get("cases", []):
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", [])
+            row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"],
+                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "problem") if k in c}
+                                           for c in checks]})
             for check in checks:
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
@@ -121,6 +128,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             row.problems.append(f"error: tests {test_file}: job {failure.cause}: {_last_line(failure.error)}")
             continue
         outcomes = value.get("tests", {})
+        row.tests.update(outcomes)
         if not outcomes and value.get("exit") not in (0, 5):
             row.problems.append(f"error: tests {test_file}: pytest exit {value.get('exit')} (collection failed?)")
         for test, outcome in outcomes.items():
