@@ -261,11 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     tempfile.tempdir = None  # re-read TMPDIR
     _no_core_dumps()
     _import_kind(args.kind, args.keras, args.jax_cache)
-    if args.jax_cache:
-        # Bytecode of job code (translations, tests) is cached beside the compilation cache,
-        # never in the user's tree: re-importing an unchanged module then skips compiling it.
-        sys.pycache_prefix = os.path.join(args.jax_cache, "pycache")
-        sys.dont_write_bytecode = False
+    # No bytecode cache for job code: a .pyc is trusted by source mtime (whole seconds) and
+    # size, so a translation edited twice within a second could run stale code.
     importlib.import_module("tern.sandbox.tasks")
     os.chdir(root)
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != str(root)]  # `-m` put our cwd there
