@@ -20,7 +20,6 @@ per-test outcomes of (b) and (c) equal those of (a). A report, not a test: exits
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics

@@ -225,6 +225,7 @@ class Worker:
             paths = [p for p in paths if isinstance(p, str)]
             if top in names or any(p.startswith(roots) or os.path.realpath(p).startswith(roots) for p in paths):
                 del sys.modules[name]
+        importlib.invalidate_caches()  # directory listings cached by mtime could hide a new file
 
     def _cleanup(self, scratch: Path) -> str:
         """Remove the job's scratch and TMPDIR contents; return the tail of what it printed."""

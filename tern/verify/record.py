@@ -17,11 +17,9 @@ it is counted, not recorded, since no replay could match it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import json
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -57,9 +55,8 @@ def _to_numpy(value: Any) -> np.ndarray | None:
 class Recorder:
     """Holds the patches and what they captured; ``close`` undoes every patch."""
 
-    def __init__(self, out: Path, package: str, max_per_target: int = 3):
+    def __init__(self, out: Path, max_per_target: int = 3):
         self.out = out
-        self.package = package
         self.max_per_target = max_per_target
         self.cases: list[dict] = []  # {"id", "target", ...} summaries
         self.skipped: dict[str, dict[str, int]] = {}  # target -> reason -> count
@@ -333,7 +330,7 @@ def record_tests(payload: dict, scratch: Path) -> dict:
 
     Returns the original tests' outcomes, the recorded cases and what was skipped."""
     root, package, out = Path(payload["root"]), payload["package"], Path(payload["out"])
-    recorder = Recorder(out, package, payload.get("max_per_target", 3))
+    recorder = Recorder(out, payload.get("max_per_target", 3))
     modules, import_errors = [], {}
     for name in package_modules(root, package):
         try:

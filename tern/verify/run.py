@@ -26,7 +26,7 @@ from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import is_test_file, package_modules
-from tern.verify.report import ModuleRow, PackageReport, build_rows
+from tern.verify.report import PackageReport, build_rows
 
 
 def link_root(state_dir: Path, target: Path, package: str) -> Path:

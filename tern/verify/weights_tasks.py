@@ -16,7 +16,6 @@ import importlib
 import inspect
 import json
 import re
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,6 @@ def _target(module: str, name: str) -> Any:
             raise Outcome("usage", f"--model: {module} has no {name}")
         obj = getattr(obj, part)
     return obj
-
-
-def _forget(package: str) -> None:
-    """Drop ``package``'s modules an earlier job left in this worker: the worker purges
-    by resolved path, and the link roots jobs import from are symlinks, so a translation
-    imported before (another one of the same package name, or an older edit) stays."""
-    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
 
 
 # -- TF side -------------------------------------------------------------------------
@@ -287,7 +277,6 @@ def export_keras(payload: dict, scratch: Path) -> dict:
     from tern.verify.port import PortError, keras_units
     from tern.verify.record import _to_numpy
 
-    _forget(payload["package"])
     try:
         model, origin, inputs, note = _load(payload)
         args, outputs = _call(model, inputs)
@@ -320,7 +309,6 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
 
     meta, arrays = read_case(Path(payload["case"]), "case")
     origin = meta["origin"]
-    _forget(origin["module"].split(".")[0])
     try:
         _target(origin["module"], origin["name"])
     except Outcome as outcome:
