@@ -228,3 +228,21 @@ def test_migrate_then_verify_in_one_command(tmp_path):
     report = json.loads((tmp_path / "out" / "custom_dense.tern-verify.json").read_text())
     assert rows(report)["custom_dense.layers"]["status"] == "equivalent"
     tern(tmp_path, "serve", "--stop", "--project", str(tmp_path), timeout=120)
+
+
+STATUS = tomllib.loads((EXPECTED / "status.toml").read_text())["fixture"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in STATUS.items() if s == "pass"))
+def test_complete_translations_import_without_tensorflow_and_keep_every_test(first, name):
+    """For fixtures status.toml marks "pass": every module imports in a JAX worker (where
+    TensorFlow cannot be imported), and every translated test runs and passes, as many
+    as the original has (none dropped)."""
+    _, report = first
+    package = next(p for p in report["packages"] if p["package"] == name)
+    imports = [p for row in package["rows"] for p in row["problems"] if p.startswith("error: import")]
+    assert not imports, imports
+    translated = {test: outcome for row in package["rows"] for test, outcome in row["tests"].items()}
+    failed = {test: outcome for test, outcome in translated.items() if outcome != "passed"}
+    assert translated and not failed, failed
+    assert len(translated) == len(package["original_tests"]), "translated tests must not be dropped"
