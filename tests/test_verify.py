@@ -246,3 +246,47 @@ def test_complete_translations_import_without_tensorflow_and_keep_every_test(fir
     failed = {test: outcome for test, outcome in translated.items() if outcome != "passed"}
     assert translated and not failed, failed
     assert len(translated) == len(package["original_tests"]), "translated tests must not be dropped"
+
+
+SCALED = '''
+import tensorflow as tf
+
+
+class Scaled(tf.keras.layers.Layer):
+    def __init__(self, units=3, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = tf.keras.layers.Dense(units)
+
+    def call(self, inputs, mask=None, scale=None):
+        return self.dense(inputs) * scale
+'''
+
+SCALED_TEST = '''
+import numpy as np
+import tensorflow as tf
+
+from scaled.layers import Scaled
+
+
+class ScaledTest(tf.test.TestCase):
+    def test_scale(self):
+        x = np.ones((2, 4), "float32")
+        y = Scaled()(x, mask=None, scale=np.full((2, 3), 2.0, "float32"))
+        self.assertEqual(y.shape, (2, 3))
+'''
+
+
+def test_none_arguments_do_not_shift_the_replayed_inputs(tmp_path):
+    """``mask=None`` is a leaf for tf.nest but not for JAX's tree flattening: the float
+    input after it must still be the one replayed (and differentiated)."""
+    (tmp_path / "scaled").mkdir()
+    (tmp_path / "scaled" / "__init__.py").write_text("")
+    (tmp_path / "scaled" / "layers.py").write_text(SCALED)
+    (tmp_path / "scaled" / "layers_test.py").write_text(SCALED_TEST)
+    (tmp_path / "pyproject.toml").write_text("")
+    assert tern(tmp_path, "migrate", "scaled", "--out", "out/scaled", "-q").returncode == 0
+    proc = tern(tmp_path, "verify", "out/scaled", "--daemon", "never", "--json", "r.json")
+    row = rows(json.loads((tmp_path / "r.json").read_text()))["scaled.layers"]
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
+    gradients = [c["name"] for c in row["cases"][0]["compared"] if c["name"].startswith("d/d input")]
+    assert gradients == ["d/d input[0]", "d/d input[1]"]

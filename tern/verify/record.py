@@ -213,12 +213,11 @@ class Recorder:
         variables = list(layer.variables)
         saved = [np.array(v.numpy()) for v in variables]
         flat_in = tf.nest.flatten([list(args), dict(kwargs)])
-        float_positions = [i for i, x in enumerate(flat_in)
-                           if _to_numpy(x) is not None or isinstance(x, np.ndarray)]
-        float_positions = [i for i in float_positions if np.asarray(_as_np(flat_in[i])).dtype.kind == "f"]
+        arrays = {i: _as_np(x) for i, x in enumerate(flat_in) if isinstance(x, np.ndarray) or _to_numpy(x) is not None}
+        float_positions = [i for i, array in arrays.items() if array.dtype.kind == "f"]
         self.replaying = True
         try:
-            watched = {i: tf.constant(_as_np(flat_in[i])) for i in float_positions}
+            watched = {i: tf.constant(arrays[i]) for i in float_positions}
             runs = []
             for attempt in range(2):
                 leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
@@ -227,7 +226,7 @@ class Recorder:
                     for t in watched.values():
                         tape.watch(t)
                     out = call(layer, *call_args, **call_kwargs)
-                    out_leaves = [o for o in tf.nest.flatten(out)]
+                    out_leaves = tf.nest.flatten(out)
                     cot = _cotangents(out_leaves)
                     loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(out_leaves, cot)
                                      if c is not None] or [tf.constant(0.0)])
@@ -248,8 +247,11 @@ class Recorder:
         dense = [None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads]
         input_grads = dense[:n_in]
         grads_by_id = {id(v): g for v, g in zip(trainable, dense[n_in:]) if g is not None}
+        # Positions among the non-None leaves: JAX's tree flattening drops None, tf.nest keeps it.
+        present = [i for i, x in enumerate(flat_in) if x is not None]
         return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
-                "input_grads": input_grads, "float_inputs": float_positions, "grads_by_id": grads_by_id}
+                "input_grads": input_grads, "float_inputs": [present.index(i) for i in float_positions],
+                "grads_by_id": grads_by_id}
 
 
 _MISSING = object()
