@@ -54,7 +54,7 @@ def naive(root: Path, package: str, block_tf: bool, scratch: Path) -> tuple[floa
                     f"--junitxml={junit}", "-o", "junit_family=xunit1", *tests],
                    capture_output=True, text=True, cwd=root, env=env, timeout=600)
     seconds = time.perf_counter() - started
-    return seconds, junit_outcomes(junit) if junit.exists() else {}
+    return seconds, junit_outcomes(junit)[0] if junit.exists() else {}
 
 
 def peak_children_mb() -> float:

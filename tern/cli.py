@@ -62,19 +62,39 @@ def migrate(
     report_path: Optional[Path] = typer.Option(None, "--report", help="Report path stem (writes .json and .md); default: beside the output."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary table."),
     then_verify: bool = typer.Option(False, "--verify", help="Then run tern verify on the output."),
+    llm: Optional[bool] = typer.Option(None, "--llm/--no-llm", help="Hand what the rules leave to the configured LLM, verified (default: when one is configured)."),
+    model: Optional[str] = typer.Option(None, "--model", help="The LLM's model name (else $TERN_LLM_MODEL or \\[tool.tern.llm])."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="An OpenAI-compatible endpoint (else $OPENAI_BASE_URL or \\[tool.tern.llm])."),
+    attempts: Optional[int] = typer.Option(None, "--attempts", min=1, help="Answers per unit before the best is kept with a TODO (default 3)."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="Tokens this run may spend (default 200000)."),
+    daemon: str = typer.Option("auto", "--daemon", help="For --verify and the LLM fallback: auto, never or require (see tern verify)."),
 ) -> None:
-    """Translate PATH with the deterministic rules. Exit 0: all translated, 1: residue, 2: errors
-    (with --verify, 1 also when verification finds a mismatch or an error)."""
+    """Translate PATH with the deterministic rules, then (when an LLM is configured) what they
+    leave with the LLM, keeping only what verification accepts. Exit 0: all translated,
+    1: residue, 2: errors or bad usage (with --verify or an LLM, 1 also when verification
+    finds a mismatch or an error); 130: interrupted (accepted LLM work is kept; rerun to resume)."""
+    import time
+
+    from tern.agent import cli as agent_cli
     from tern.runner import migrate as run
+    from tern.verify.config import ConfigError
 
     if in_place and out_dir is not None:
         sys.stderr.write("error: --in-place and --out exclude each other\n")
         raise typer.Exit(2)
     try:
+        overrides = {"model": model, "base_url": base_url, "attempts": attempts, "budget_tokens": budget}
+        llm_config, rules_only = agent_cli.choose(path, llm=llm, in_place=in_place, dry_run=dry_run, overrides=overrides)
+    except (agent_cli.AgentUsageError, ConfigError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    started = time.perf_counter()
+    try:
         report = run(path, out_dir, in_place=in_place, dry_run=dry_run, jobs=jobs, progress=_progress(err))
     except FileNotFoundError as exc:
         sys.stderr.write(f"error: no such file or directory: {exc}\n")
         raise typer.Exit(2)
+    rules_seconds = time.perf_counter() - started
     if dry_run:
         for f in report.files:
             if f.diff:
@@ -99,13 +119,49 @@ def migrate(
             f"{t['edits']} edits, {t['todos']} TODOs"
             + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
         )
+    if rules_only and not quiet:
+        err.print(rules_only)
+    if llm_config is not None and report.exit_code != 2:
+        _run_agent(report, llm_config, stem, rules_seconds=rules_seconds, daemon=daemon, quiet=quiet)
+        then_verify = True
     if then_verify and not dry_run and Path(report.out).is_dir():
         from tern.verify.cli import Target
 
         code = _verify([Target(Path(report.source).resolve(), Path(report.out).resolve())], project=Path.cwd(),
-                       daemon="auto", use_cache=True, workers=None, json_path=None)
+                       daemon=daemon, use_cache=True, workers=None, json_path=None)
         raise typer.Exit(max(report.exit_code, code) if report.exit_code != 2 else 2)
     raise typer.Exit(report.exit_code)
+
+
+def _run_agent(report: RunReport, config, stem: str, *, rules_seconds: float, daemon: str, quiet: bool) -> None:
+    import anyio
+
+    from tern.agent import cli as agent_cli
+    from tern.agent.run import fold_into, run_agent
+    from tern.runner import write_atomic
+    from tern.sandbox.client import DaemonUnavailable
+
+    def progress(message: str) -> None:
+        if err.is_terminal:
+            err.print(f"[dim]{message}[/]", highlight=False)
+
+    if not quiet:
+        err.print(f"LLM fallback: {config.describe()}", highlight=False)
+    pair = (Path(report.source).resolve(), Path(report.out).resolve())
+    try:
+        reports = anyio.run(lambda: run_agent([pair], config=config, project=Path.cwd(), daemon=daemon, progress=progress))
+    except KeyboardInterrupt:
+        err.print("interrupted: units accepted so far are in the output and journaled in .tern/; rerun to resume")
+        raise typer.Exit(130)
+    except DaemonUnavailable as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    fold_into(report, reports[0], rules_seconds=rules_seconds)
+    write_atomic(Path(stem + ".json"), report.to_json().encode())
+    write_atomic(Path(stem + ".md"), report.to_markdown().encode())
+    if not quiet:
+        out.print(agent_cli.table(reports))
+    out.print(agent_cli.summary(reports, config), highlight=False)
 
 
 @app.command()
@@ -196,6 +252,21 @@ def verify(
     raise typer.Exit(code)
 
 
+rules_app = typer.Typer(help="The rewrite rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+
+@rules_app.command("suggest")
+def rules_suggest(
+    project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ journal to read (default: the current directory's)."),
+    min_support: int = typer.Option(2, "--min-support", min=1, help="Accepted units a pattern needs to be listed."),
+) -> None:
+    """List patterns that accepted LLM translations repeated, as candidate deterministic rules."""
+    from tern.agent import cli as agent_cli
+
+    raise typer.Exit(agent_cli.print_suggestions(project or Path.cwd(), min_support, out))
+
+
 cache_app = typer.Typer(help="The verification cache under .tern/.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
@@ -263,3 +334,39 @@ def weights(
     if report.get("message"):
         sys.stderr.write(f"error: {report['message']}\n")
     raise typer.Exit(weights_cmd.exit_code(report))
+
+
+@app.command()
+def pr(
+    paths: Optional[list[Path]] = typer.Argument(None, help="TF package directories (default: \\[tool.tern.pr] packages, or --discover, whose sources changed since their last migration)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Branch the pull requests go into (default: \\[tool.tern.pr] base, else main)."),
+    remote: Optional[str] = typer.Option(None, "--remote", help="Git remote to fetch from and push to (default: origin)."),
+    group: Optional[str] = typer.Option(None, "--group", help="One pull request for all the packages, on branch tern/migrate-GROUP."),
+    out_root: Optional[str] = typer.Option(None, "--out-root", help="Translations go to OUT_ROOT/NAME (default: PATH_jax/NAME beside PATH)."),
+    discover: bool = typer.Option(False, "--discover", help="With no PATH: every top-level package that imports TensorFlow or Keras."),
+    label: Optional[list[str]] = typer.Option(None, "--label", help="Label of the pull request (repeatable; default: tern, migration)."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Do not verify; the pull request is a draft."),
+    daemon: str = typer.Option("auto", "--daemon", help="Verification: auto (use or start the project's tern server), never, require."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Files translated in parallel processes."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print branch, commit message, diff stat and pull request body; push nothing, call no API."),
+    repo: Optional[str] = typer.Option(None, "--repo", help="OWNER/NAME on GitHub (default: GITHUB_REPOSITORY, else from the remote's URL)."),
+    api_url: Optional[str] = typer.Option(None, "--api-url", help="GitHub REST API root (default: GITHUB_API_URL, else https://api.github.com)."),
+    token_env: Optional[str] = typer.Option(None, "--token-env", help="Environment variable holding the token (default: GITHUB_TOKEN, then GH_TOKEN)."),
+    no_comment: bool = typer.Option(False, "--no-comment", help="Do not comment on a pull request when a new commit updates it."),
+    rebase: bool = typer.Option(False, "--rebase", help="Rebuild the branch on the base (only when every commit on it is tern's; --force-with-lease)."),
+    bot_name: str = typer.Option("tern-bot", "--bot-name", help="Author and committer name of the bot's commits."),
+    bot_email: str = typer.Option("tern-bot@users.noreply.github.com", "--bot-email", help="Their e-mail; commits with another one are a person's."),
+) -> None:
+    """Migrate, verify, commit on tern/migrate-NAME, push, and open or update its pull request.
+
+    Exit 0: done, or nothing to do; 1: a package failed (its local branch and commit are kept); 2: bad usage.
+    """
+    from tern.pr import Options, run
+    from tern.pr.git import Identity
+
+    options = Options(paths=list(paths or []), base=base, remote=remote, group=group, out_root=out_root, discover=discover,
+                      labels=list(label) if label else None, verify=not no_verify, daemon=daemon, jobs=jobs, dry_run=dry_run,
+                      repo=repo, api_url=api_url, token_env=token_env, comment=not no_comment, rebase=rebase,
+                      identity=Identity(bot_name, bot_email), cwd=Path.cwd())
+    raise typer.Exit(run(options, say=lambda line: sys.stdout.write(line + "\n"),
+                         note=lambda line: sys.stderr.write(line + "\n")))

@@ -56,6 +56,8 @@ class RunReport:
     source: str
     out: str
     files: list[FileResult] = field(default_factory=list)
+    #: what the LLM fallback did (``tern.agent.run.fold_into``), None when it did not run
+    agent: dict | None = None
 
     @property
     def exit_code(self) -> int:
@@ -87,6 +89,8 @@ class RunReport:
                 {k: v for k, v in asdict(f).items() if k != "diff"} for f in self.files
             ],
         }
+        if self.agent is not None:
+            data["agent"] = self.agent
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
     def to_markdown(self) -> str:
@@ -124,8 +128,30 @@ class RunReport:
             lines += ["", "## Edits by rule", "", "| rule | edits |", "| --- | ---: |"]
             for rule, n in sorted(rules.items(), key=lambda kv: (-kv[1], kv[0])):
                 lines.append(f"| `{rule}` | {n} |")
+        if self.agent is not None:
+            lines += _agent_markdown(self.agent)
         lines += ["", "## Edits", ""]
         for f in self.files:
             for edit in f.edits:
                 lines.append(f"- `{f.path}` `{edit.rule}`: `{edit.before}` → `{edit.after}`")
         return "\n".join(lines) + "\n"
+
+
+def _agent_markdown(agent: dict) -> list[str]:
+    share = agent["share"]
+    total = share["rules"] + share["llm"] or 1
+    phases = ", ".join(f"{k} {v:.1f} s" for k, v in agent["phases"].items())
+    lines = [
+        "", "## LLM fallback", "",
+        f"Model `{agent['model']}`: {agent['accepted']} of {len(agent['units'])} units accepted after verification; "
+        f"{agent['attempts']} attempts, {agent['requests']} requests ({agent['cached_answers']} from the cache), "
+        f"{agent['tokens']} tokens. Edits: {share['rules']} by rules ({100 * share['rules'] / total:.0f}%), "
+        f"{share['llm']} by the LLM ({100 * share['llm'] / total:.0f}%). Time: {phases}."
+        + (" Stopped: the token budget was spent." if agent.get("stopped") == "budget" else ""),
+    ]
+    if agent["units"]:
+        lines += ["", "| unit | status | attempts | tokens | detail |", "| --- | --- | ---: | ---: | --- |"]
+        for u in agent["units"]:
+            detail = " ".join(u["detail"].split()).replace("|", "\\|")[:200]
+            lines.append(f"| `{u['file']}::{u['name']}` | {u['status']} | {u['attempts']} | {u['tokens']} | {detail} |")
+    return lines

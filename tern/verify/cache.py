@@ -69,6 +69,11 @@ class Cache:
         self.db.execute("INSERT OR REPLACE INTO results (key, kind, value, created) VALUES (?, ?, ?, ?)",
                         (key, kind, json.dumps(value), time.time()))
 
+    def values(self, kind: str) -> list[dict[str, Any]]:
+        """Every stored value of one kind, oldest first (e.g. the agent's accepted units)."""
+        rows = self.db.execute("SELECT value FROM results WHERE kind = ? ORDER BY created", (kind,)).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
     def clear(self) -> int:
         """Remove every result and recording; returns how many results there were."""
         count = self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]

@@ -6,9 +6,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
-def junit_outcomes(junit: Path) -> dict[str, str]:
-    """test id -> "passed" / "skipped" / "failure: ..." / "error: ..." from a junit file."""
+def junit_outcomes(junit: Path) -> tuple[dict[str, str], dict[str, dict]]:
+    """test id -> "passed" / "skipped" / "failure: ..." / "error: ...", and for each
+    test that did not pass its class and traceback (evidence for whoever fixes it)."""
     tests: dict[str, str] = {}
+    details: dict[str, dict] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         if case.get("name") == "test_session":
             continue  # tf.test.TestCase's own inherited method, which pytest collects and skips
@@ -17,10 +19,11 @@ def junit_outcomes(junit: Path) -> dict[str, str]:
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
+                details[ident] = {"class": case.get("classname") or "", "trace": (child.text or "")[-3000:]}
             elif child.tag == "skipped":
                 outcome = "skipped"
         tests[ident] = outcome
-    return tests
+    return tests, details
 
 
 def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
@@ -37,4 +40,5 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
         *files, "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
     ])
-    return {"exit": int(code), "tests": junit_outcomes(junit) if junit.exists() else {}}
+    tests, details = junit_outcomes(junit) if junit.exists() else ({}, {})
+    return {"exit": int(code), "tests": tests, "details": details}

@@ -116,7 +116,12 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
             call_args, call_kwargs = call_inputs(floats, rest)
             return module.init(rngs, *call_args, **call_kwargs)
 
-        abstract = jax.eval_shape(init_fn, floats, rest)
+        try:
+            abstract = jax.eval_shape(init_fn, floats, rest)
+        except (jax.errors.NonConcreteBooleanIndexError, jax.errors.ConcretizationTypeError,
+                jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError,
+                jax.errors.TracerBoolConversionError):
+            return _replay_eagerly(result, meta, arrays, module, init_fn(floats, rest), call_inputs(floats, rest), rngs, tolerance)
         init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
         units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
         variables, problems = graft(init, units)
@@ -154,6 +159,31 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
         return result
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
         return {**result, "status": "error", "message": traceback.format_exc(limit=6)[-2000:]}
+
+
+def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: Any, inputs: tuple, rngs: dict,
+                    tolerance: dict | None) -> dict:
+    """A layer whose output shape depends on the data (boolean masks, ``argwhere``) cannot
+    be traced: its outputs are compared from an eager call, and its gradients are not
+    compared (said so in the result, never counted as agreeing)."""
+    import jax
+
+    units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
+    variables, problems = graft(jax.tree_util.tree_map(np.asarray, dict(init)), units)
+    if problems:
+        return {**result, "status": "error", "message": "weights: " + "; ".join(problems)}
+    call_args, call_kwargs = inputs
+    training = bool(call_kwargs.get("training"))
+    mutable = [c for c in variables if c != "params"] if training else False
+    out = module.apply(variables, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+    out = out[0] if mutable else out
+    want_paths = array_paths(meta["outputs"])
+    got_leaves = jax.tree_util.tree_leaves(out)
+    if len(got_leaves) != len(want_paths):
+        return {**result, "status": "mismatch", "outputs": [], "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
+    checks = [compare(path, got, arrays[f"a{index}"], tolerance) for (path, index), got in zip(want_paths, got_leaves)]
+    return {**result, "outputs": checks, "gradients": [], "eager": "data-dependent output shapes: outputs compared eagerly, gradients not compared",
+            "status": "match" if all(c["ok"] for c in checks) else "mismatch"}
 
 
 def _gradients(meta, arrays, grad_params, grad_inputs, init, tolerance) -> list[dict]:

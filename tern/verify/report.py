@@ -34,6 +34,9 @@ class ModuleRow:
     cases: list[dict] = field(default_factory=list)
     #: per translated test: "passed" / "failure: ..." / "error: ..." / "skipped"
     tests: dict[str, str] = field(default_factory=dict)
+    #: evidence for whoever fixes it: per failing test its class and traceback, and the
+    #: module's import traceback under "import"
+    details: dict[str, dict] = field(default_factory=dict)
 
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total
@@ -102,12 +105,15 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             continue
         if value.get("import_error"):
             row.problems.append(f"error: import: {_last_line(value['import_error'])}")
+            row.details["import"] = {"trace": value["import_error"]}
         for case in value.get("cases", []):
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"],
                               "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "problem") if k in c}
-                                           for c in checks]})
+                                           for c in checks],
+                              **({"note": case["eager"]} if case.get("eager") else {}),
+                              **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
@@ -129,6 +135,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             continue
         outcomes = value.get("tests", {})
         row.tests.update(outcomes)
+        row.details.update(value.get("details", {}))
         if not outcomes and value.get("exit") not in (0, 5):
             row.problems.append(f"error: tests {test_file}: pytest exit {value.get('exit')} (collection failed?)")
         for test, outcome in outcomes.items():

@@ -1,0 +1,325 @@
+"""The agent loop for one package: what the rules left goes to the LLM one unit at a time,
+and nothing it writes is kept unless the sandbox shows it behaves like the original.
+
+Per round, every pending unit gets an answer (an answer that fails validation is retried
+at once with the reason); the answers are spliced into a copy of the translation, the
+copy is verified (translated tests + replayed calls, through the verifier's caches), and
+each unit is judged on what reaches it: accepted when something compared it and nothing
+that reaches it failed; otherwise retried with that evidence, up to ``attempts``
+answers. A unit nothing compares is not accepted (``unverified``). Accepted units are
+written to the translation at once (atomically) and journaled in the cache, so a rerun
+resumes without asking again; they are never touched afterwards. What is still pending
+at the end keeps its best attempt under a ``TODO(tern)`` saying why.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import anyio
+
+from tern.agent import evidence as evidence_mod
+from tern.agent.answer import Answer, Rejected, code_blocks, extract
+from tern.agent.llm import ChatModel, LLMFailure
+from tern.agent.prompt import UnitContext, messages
+from tern.agent.splice import SpliceError, splice
+from tern.agent.units import PackageIndex, Unit
+from tern.runner import write_atomic
+from tern.verify import keys
+from tern.verify.cache import Cache
+from tern.verify.config import VerifyConfig
+from tern.verify.report import PackageReport
+from tern.verify.run import PackageVerifier
+
+
+class Budget:
+    """Tokens one run may spend, shared by its packages. A request already in flight
+    when it runs out still counts: the overshoot is at most one answer per request."""
+
+    def __init__(self, tokens: int):
+        self.total = tokens
+        self.spent = 0
+
+    def allows(self) -> bool:
+        return self.spent < self.total
+
+    def charge(self, tokens: int) -> None:
+        self.spent += tokens
+
+
+@dataclass
+class Limits:
+    """Separate bounds for LLM requests and sandbox verifications in flight."""
+    llm: anyio.CapacityLimiter
+    sandbox: anyio.CapacityLimiter
+
+    @classmethod
+    def of(cls, llm: int, sandbox: int) -> "Limits":
+        return cls(anyio.CapacityLimiter(llm), anyio.CapacityLimiter(sandbox))
+
+
+@dataclass
+class UnitOutcome:
+    file: str
+    name: str
+    kind: str
+    #: accepted | resumed (accepted by an earlier run) | unverified (nothing compares it)
+    #: | failed (attempts spent; best attempt kept) | rejected (no valid answer)
+    #: | budget | llm_error
+    status: str = "pending"
+    attempts: int = 0
+    tokens: int = 0
+    reasons: list[str] = field(default_factory=list)
+    detail: str = ""
+    proof: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AgentReport:
+    package: str
+    model: str
+    units: list[UnitOutcome] = field(default_factory=list)
+    loose_todos: list[str] = field(default_factory=list)  # module-level TODOs: no unit to ask about
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    cached_answers: int = 0
+    rounds: int = 0
+    phases: dict[str, float] = field(default_factory=lambda: {"llm": 0.0, "verify": 0.0})
+    stopped: str = ""  # "" | "budget"
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tokens": self.tokens,
+                "attempts": sum(u.attempts for u in self.units),
+                "accepted": sum(u.status in ("accepted", "resumed") for u in self.units)}
+
+
+def journal_key(original: Path, unit: Unit) -> str:
+    return keys.digest("agent-unit", keys.tree_hash(original), keys.tern_fingerprint(), unit.key)
+
+
+class PackageAgent:
+    def __init__(self, original: Path, translated: Path, *, model: ChatModel, runner: Any, cache: Cache,
+                 attempts: int, budget: Budget, limits: Limits, verify_config: VerifyConfig,
+                 progress: Callable[[str], None] | None = None):
+        self.original = original.resolve()
+        self.translated = translated.resolve()
+        self.package = self.original.name
+        self.model = model
+        self.runner = runner
+        self.cache = cache
+        self.attempts = attempts
+        self.budget = budget
+        self.limits = limits
+        self.verify_config = verify_config
+        self.progress = progress or (lambda message: None)
+        self.report = AgentReport(self.package, model.name)
+        self.work = cache.state_dir / "agent" / keys.digest(str(self.translated))[:16]
+        self.original_index = PackageIndex(self.original, self.package)
+        self.outcomes: dict[Unit, UnitOutcome] = {}
+        self.evidence: dict[Unit, list[str]] = {}
+        self.previous: dict[Unit, str] = {}
+        self.latest: dict[Unit, Answer] = {}
+        self.best: dict[Unit, tuple[int, Answer]] = {}
+        self.rule_code: dict[Unit, str] = {}  # each unit as the rules left it
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> AgentReport:
+        index = PackageIndex(self.translated, self.package)
+        todo_units, self.report.loose_todos = index.todo_units()
+        for unit, reasons in todo_units.items():
+            self.outcomes[unit] = UnitOutcome(unit.file, unit.name, unit.kind, reasons=reasons)
+            self.rule_code[unit] = index.source(unit)
+        self._resume(index)
+        baseline = await self._verify(self.translated)
+        index = PackageIndex(self.translated, self.package)
+        for row in baseline.rows:  # rule translations that verification caught
+            for case in row.cases:
+                unit = index.unit_for_target(case["target"])
+                if case["status"] == "mismatch" and unit is not None and unit not in self.outcomes:
+                    self.outcomes[unit] = UnitOutcome(unit.file, unit.name, unit.kind, reasons=[
+                        f"the rule translation differs from the original: {evidence_mod.case_text(case)}"])
+                    self.rule_code[unit] = index.source(unit)
+        pending = self._pending()
+        if pending:
+            found, _ = evidence_mod.read(baseline, index, pending)
+            for unit in pending:
+                self.evidence[unit] = [e for e in found[unit] if "replayed call" in e and "mismatch" in e][:3]
+        for round_number in range(1, self.attempts + 1):
+            pending = [u for u in self._pending() if self.outcomes[u].attempts < self.attempts]
+            if not pending:
+                break
+            self.report.rounds = round_number
+            async with anyio.create_task_group() as group:
+                for unit in pending:
+                    group.start_soon(self._answer, unit)
+            asked = [u for u in pending if u in self.latest and self.outcomes[u].status == "pending"]
+            if asked:
+                await self._judge(asked, round_number)
+        self._finish()
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.report.units = sorted(self.outcomes.values(), key=lambda o: (o.file, o.name))
+        return self.report
+
+    def _pending(self) -> list[Unit]:
+        return [u for u, o in self.outcomes.items() if o.status == "pending"]
+
+    def _resume(self, index: PackageIndex) -> None:
+        for unit, outcome in self.outcomes.items():
+            entry = self.cache.get(journal_key(self.original, unit), "agent")
+            if entry is None:
+                continue
+            answer = Answer(entry["code"], tuple(entry["imports"]))
+            if self._write(unit, answer) is None:
+                outcome.status, outcome.attempts, outcome.detail = "resumed", entry["attempts"], "accepted by an earlier run"
+                outcome.proof = entry.get("proof", [])
+
+    async def _answer(self, unit: Unit) -> None:
+        """Ask until an answer passes validation, the unit's attempts are spent, the
+        budget is, or the endpoint fails."""
+        outcome = self.outcomes[unit]
+        while outcome.attempts < self.attempts:
+            if not self.budget.allows():
+                outcome.status, outcome.detail = "budget", f"token budget of {self.budget.total} spent"
+                self.report.stopped = "budget"
+                return
+            current = (self.translated / unit.file).read_text()
+            ctx = UnitContext(
+                file=unit.file, name=unit.name, kind=unit.kind, reasons=outcome.reasons,
+                original=self.original_index.source(unit) if unit.file in self.original_index.files else "",
+                original_imports=_imports_of(self.original / unit.file), translated_module=current,
+                evidence=self.evidence.get(unit, []), previous=self.previous.get(unit, ""))
+            started = time.perf_counter()
+            async with self.limits.llm:
+                result = await self.model.complete(messages(ctx))
+            self.report.phases["llm"] += time.perf_counter() - started
+            self.report.requests += 1
+            outcome.attempts += 1
+            if isinstance(result, LLMFailure):
+                self.budget.charge(result.tokens)
+                if result.cause != "empty":
+                    outcome.status, outcome.detail = "llm_error", f"{result.cause}: {result.message}"
+                    return
+                self.evidence[unit] = [f"your answer was rejected: {result.message}"]
+                continue
+            self.budget.charge(result.tokens)
+            outcome.tokens += result.tokens
+            self.report.prompt_tokens += 0 if result.cached else result.prompt_tokens
+            self.report.completion_tokens += 0 if result.cached else result.completion_tokens
+            self.report.cached_answers += int(result.cached)
+            found = extract(result.text, unit, self.package)
+            if isinstance(found, Answer):
+                trial = splice(current, unit, found.code, found.imports)
+                if isinstance(trial, SpliceError):
+                    found = Rejected(trial.reason)
+            if isinstance(found, Rejected):
+                self.progress(f"{self.package}: {unit.key}: answer {outcome.attempts} rejected: {found.reason}")
+                self.evidence[unit] = [f"your answer was rejected before running: {found.reason}"]
+                blocks = code_blocks(result.text)
+                self.previous[unit] = blocks[0] if blocks else result.text[:2000]
+                outcome.detail = f"answer rejected: {found.reason}"
+                continue
+            self.latest[unit] = found
+            return
+        if unit not in self.latest or outcome.detail.startswith("answer rejected"):
+            outcome.status = "rejected" if unit not in self.best else "failed"
+
+    async def _judge(self, asked: list[Unit], round_number: int) -> None:
+        """Verify a copy holding every pending unit's latest answer; accept what passes."""
+        tree = self.work / f"round-{round_number}"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(self.translated, tree, ignore=shutil.ignore_patterns("__pycache__"))
+        for unit, answer in self.latest.items():
+            if self.outcomes[unit].status != "pending":
+                continue
+            path = tree / unit.file
+            spliced = splice(path.read_text(), unit, answer.code, answer.imports)
+            if isinstance(spliced, SpliceError):  # two answers that cannot stand together
+                self.evidence[unit] = [f"your answer could not be put in the module: {spliced.reason}"]
+                asked = [u for u in asked if u != unit]
+                continue
+            path.write_text(spliced)
+        self.progress(f"{self.package}: round {round_number}: verifying {len(asked)} answer(s)")
+        report = await self._verify(tree)
+        found, proof = evidence_mod.read(report, PackageIndex(tree, self.package), asked)
+        for unit in asked:
+            outcome, answer = self.outcomes[unit], self.latest[unit]
+            outcome.evidence, outcome.proof = found[unit], proof[unit]
+            if not found[unit] and proof[unit]:
+                if self._write(unit, answer) is None:
+                    outcome.status, outcome.detail = "accepted", f"verified: {proof[unit][0]}"
+                    self._journal(unit, answer)
+                continue
+            if not found[unit]:
+                outcome.status, outcome.detail = "unverified", "no translated test or replayed call reaches it"
+                self.best[unit] = (0, answer)
+                continue
+            if unit not in self.best or len(found[unit]) <= self.best[unit][0]:
+                self.best[unit] = (len(found[unit]), answer)
+            self.evidence[unit], self.previous[unit] = found[unit], answer.code
+            outcome.detail = found[unit][0].splitlines()[0][:300]
+            if outcome.attempts >= self.attempts:
+                outcome.status = "failed"
+
+    def _finish(self) -> None:
+        """Units not accepted keep their best attempt, under a TODO saying why."""
+        for unit, outcome in self.outcomes.items():
+            if outcome.status == "pending":
+                outcome.status = "failed" if unit in self.best else "rejected"
+            if outcome.status in ("accepted", "resumed") or unit not in self.best:
+                continue
+            why = {"unverified": "nothing compares it (no test or replayed call reaches it): review it",
+                   "failed": f"not verified after {outcome.attempts} attempt(s): {outcome.detail}",
+                   "budget": f"token budget spent; best attempt so far: {outcome.detail}",
+                   "llm_error": f"the LLM failed ({outcome.detail}); best attempt so far"}.get(outcome.status, outcome.detail)
+            self._write(unit, self.best[unit][1], note=f"TODO(tern): llm ({self.model.name}): {why}")
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _write(self, unit: Unit, answer: Answer, note: str = "") -> SpliceError | None:
+        path = self.translated / unit.file
+        spliced = splice(path.read_text(), unit, answer.code, answer.imports, note=note)
+        if isinstance(spliced, SpliceError):
+            self.outcomes[unit].detail = f"could not be written: {spliced.reason}"
+            return spliced
+        write_atomic(path, spliced.encode())
+        return None
+
+    def _journal(self, unit: Unit, answer: Answer) -> None:
+        outcome = self.outcomes[unit]
+        self.cache.put(journal_key(self.original, unit), "agent", {
+            "package": self.package, "file": unit.file, "name": unit.name, "kind": unit.kind,
+            "code": answer.code, "imports": list(answer.imports), "model": self.model.name,
+            "attempts": outcome.attempts, "tokens": outcome.tokens, "reasons": outcome.reasons,
+            "proof": outcome.proof, "original": self.original_index.source(unit) if unit.file in self.original_index.files else "",
+            "before": self.rule_code.get(unit, ""),
+            "created": time.time()})
+
+    async def _verify(self, tree: Path) -> PackageReport:
+        started = time.perf_counter()
+        async with self.limits.sandbox:
+            verifier = PackageVerifier(self.original, tree, runner=self.runner, cache=self.cache, config=self.verify_config)
+            report = await verifier.verify()
+        self.report.phases["verify"] += time.perf_counter() - started
+        return report
+
+
+def _imports_of(path: Path) -> str:
+    try:
+        text = path.read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError):
+        return ""
+    lines = text.splitlines()
+    return "\n".join("\n".join(lines[n.lineno - 1: n.end_lineno]) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
