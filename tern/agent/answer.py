@@ -63,7 +63,7 @@ def _one(block: str, unit: Unit, wanted: str, package: str) -> Answer | Rejected
     except SyntaxError as exc:
         return Rejected(f"the code does not parse: {exc.msg} (line {exc.lineno} of the block)")
     lines = block.splitlines()
-    imports, definition = [], None
+    imports, definition, extra = [], None, []
     want_class = unit.kind == "class"
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -77,10 +77,12 @@ def _one(block: str, unit: Unit, wanted: str, package: str) -> Answer | Rejected
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             continue  # a stray string is harmless and dropped
         else:
-            name = getattr(node, "name", type(node).__name__)
-            return Rejected(f"only imports and the definition of `{wanted}` may be given, not `{name}` at module level")
+            extra.append(getattr(node, "name", type(node).__name__))
     if definition is None:
-        return Rejected(f"the code block does not define `{wanted}` (keep the unit's name)")
+        also = f"; it defines {', '.join(f'`{n}`' for n in extra)}" if extra else ""
+        return Rejected(f"the code block does not define `{wanted}` (keep the unit's name){also}")
+    if extra:
+        return Rejected(f"only imports and the definition of `{wanted}` may be given, not `{extra[0]}` at module level")
     problem = _forbidden(tree, package)
     if problem:
         return Rejected(problem)

@@ -104,8 +104,10 @@ class AgentReport:
                 "accepted": sum(u.status in ("accepted", "resumed") for u in self.units)}
 
 
-def journal_key(original: Path, unit: Unit) -> str:
-    return keys.digest("agent-unit", keys.tree_hash(original), keys.tern_fingerprint(), unit.key)
+def journal_key(original: Path, unit: Unit, rule_code: str) -> str:
+    """An accepted unit stands for the same original package and the same rule output of
+    the unit; a rerun offers it again as an answer, verified like any other."""
+    return keys.digest("agent-unit", keys.tree_hash(original), unit.key, rule_code)
 
 
 class PackageAgent:
@@ -132,6 +134,7 @@ class PackageAgent:
         self.latest: dict[Unit, Answer] = {}
         self.best: dict[Unit, tuple[int, Answer]] = {}
         self.rule_code: dict[Unit, str] = {}  # each unit as the rules left it
+        self.journaled: set[Unit] = set()  # answers offered from an earlier run's journal
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -141,7 +144,6 @@ class PackageAgent:
         for unit, reasons in todo_units.items():
             self.outcomes[unit] = UnitOutcome(unit.file, unit.name, unit.kind, reasons=reasons)
             self.rule_code[unit] = index.source(unit)
-        self._resume(index)
         baseline = await self._verify(self.translated)
         index = PackageIndex(self.translated, self.package)
         for row in baseline.rows:  # rule translations that verification caught
@@ -156,8 +158,9 @@ class PackageAgent:
             found, _ = evidence_mod.read(baseline, index, pending)
             for unit in pending:
                 self.evidence[unit] = [e for e in found[unit] if "replayed call" in e and "mismatch" in e][:3]
+        self._resume()
         for round_number in range(1, self.attempts + 1):
-            pending = [u for u in self._pending() if self.outcomes[u].attempts < self.attempts]
+            pending = [u for u in self._pending() if self.outcomes[u].attempts < self.attempts or u in self.journaled]
             if not pending:
                 break
             self.report.rounds = round_number
@@ -175,33 +178,33 @@ class PackageAgent:
     def _pending(self) -> list[Unit]:
         return [u for u, o in self.outcomes.items() if o.status == "pending"]
 
-    def _resume(self, index: PackageIndex) -> None:
+    def _resume(self) -> None:
         for unit, outcome in self.outcomes.items():
-            entry = self.cache.get(journal_key(self.original, unit), "agent")
-            if entry is None:
-                continue
-            answer = Answer(entry["code"], tuple(entry["imports"]))
-            if self._write(unit, answer) is None:
-                outcome.status, outcome.attempts, outcome.detail = "resumed", entry["attempts"], "accepted by an earlier run"
-                outcome.proof = entry.get("proof", [])
+            entry = self.cache.get(journal_key(self.original, unit, self.rule_code[unit]), "agent")
+            if entry is not None:
+                self.latest[unit] = Answer(entry["code"], tuple(entry["imports"]))
+                self.journaled.add(unit)
+                outcome.attempts, outcome.tokens = entry["attempts"], entry["tokens"]
 
     async def _answer(self, unit: Unit) -> None:
         """Ask until an answer passes validation, the unit's attempts are spent, the
         budget is, or the endpoint fails."""
         outcome = self.outcomes[unit]
+        if unit in self.journaled:
+            return  # verified again in this round, not asked
         while outcome.attempts < self.attempts:
-            if not self.budget.allows():
-                outcome.status, outcome.detail = "budget", f"token budget of {self.budget.total} spent"
-                self.report.stopped = "budget"
-                return
             current = (self.translated / unit.file).read_text()
             ctx = UnitContext(
                 file=unit.file, name=unit.name, kind=unit.kind, reasons=outcome.reasons,
                 original=self.original_index.source(unit) if unit.file in self.original_index.files else "",
                 original_imports=_imports_of(self.original / unit.file), translated_module=current,
                 evidence=self.evidence.get(unit, []), previous=self.previous.get(unit, ""))
-            started = time.perf_counter()
             async with self.limits.llm:
+                if not self.budget.allows():  # checked once a slot is free: the requests before may have spent it
+                    outcome.status, outcome.detail = "budget", f"token budget of {self.budget.total} spent"
+                    self.report.stopped = "budget"
+                    return
+                started = time.perf_counter()
                 result = await self.model.complete(messages(ctx))
             self.report.phases["llm"] += time.perf_counter() - started
             self.report.requests += 1
@@ -253,21 +256,25 @@ class PackageAgent:
         self.progress(f"{self.package}: round {round_number}: verifying {len(asked)} answer(s)")
         report = await self._verify(tree)
         found, proof = evidence_mod.read(report, PackageIndex(tree, self.package), asked)
+        journaled, self.journaled = self.journaled, set()
         for unit in asked:
             outcome, answer = self.outcomes[unit], self.latest[unit]
             outcome.evidence, outcome.proof = found[unit], proof[unit]
             if not found[unit] and proof[unit]:
                 if self._write(unit, answer) is None:
-                    outcome.status, outcome.detail = "accepted", f"verified: {proof[unit][0]}"
+                    outcome.status = "resumed" if unit in journaled else "accepted"
+                    outcome.detail = f"verified: {proof[unit][0]}"
                     self._journal(unit, answer)
                 continue
+            if unit in journaled:
+                outcome.attempts = 0  # an earlier run's answer no longer holds: ask afresh
             if not found[unit]:
                 outcome.status, outcome.detail = "unverified", "no translated test or replayed call reaches it"
                 self.best[unit] = (0, answer)
                 continue
             if unit not in self.best or len(found[unit]) <= self.best[unit][0]:
                 self.best[unit] = (len(found[unit]), answer)
-            self.evidence[unit], self.previous[unit] = found[unit], answer.code
+            self.evidence[unit], self.previous[unit] = found[unit], "\n".join([*answer.imports, "", answer.code]).strip()
             outcome.detail = found[unit][0].splitlines()[0][:300]
             if outcome.attempts >= self.attempts:
                 outcome.status = "failed"
@@ -298,7 +305,7 @@ class PackageAgent:
 
     def _journal(self, unit: Unit, answer: Answer) -> None:
         outcome = self.outcomes[unit]
-        self.cache.put(journal_key(self.original, unit), "agent", {
+        self.cache.put(journal_key(self.original, unit, self.rule_code[unit]), "agent", {
             "package": self.package, "file": unit.file, "name": unit.name, "kind": unit.kind,
             "code": answer.code, "imports": list(answer.imports), "model": self.model.name,
             "attempts": outcome.attempts, "tokens": outcome.tokens, "reasons": outcome.reasons,
