@@ -81,3 +81,41 @@ RIGHT = {
     "`prefix_until_budget`": [{"content": PREFIX_UNTIL_BUDGET}],
     "`SalientTokenSelector`": [{"content": SALIENT_TOKEN_SELECTOR}],
 }
+
+# ``fixtures/tf/spectral_norm_dense``: a Keras layer whose helper method reads build-time
+# weights; the rules leave the class, the answer restructures it into a compact module.
+SPECTRAL_NORM_DENSE = '''```python
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class SpectralNormDense(nn.Module):
+    """`activation(inputs @ (W / sigma(W)) + b)`, sigma(W) by power iteration."""
+    units: int = 32
+    activation: object = None
+    power_iterations: int = 1
+    eps: float = 1e-12
+
+    @nn.compact
+    def __call__(self, inputs, training: bool = False):
+        in_dim = jnp.shape(inputs)[-1]
+        w = self.param("kernel", nn.initializers.glorot_uniform(), (in_dim, self.units))
+        bias = self.param("bias", nn.initializers.zeros_init(), (self.units,))
+        u_var = self.variable("batch_stats", "u", lambda: nn.initializers.normal(stddev=1.0)(self.make_rng("params"), (1, self.units)))
+        u = u_var.value
+        for _ in range(self.power_iterations):
+            v = u @ w.T
+            v = v * jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.square(v)), self.eps))
+            u = v @ w
+            u = u * jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.square(u)), self.eps))
+        u = jax.lax.stop_gradient(u)
+        v = jax.lax.stop_gradient(v)
+        sigma = jnp.squeeze(v @ w @ u.T)
+        if training and not self.is_initializing():
+            u_var.value = u
+        outputs = inputs @ (w / sigma) + bias
+        activation = _TERN_ACTIVATIONS.get(self.activation, self.activation)
+        return activation(outputs) if activation is not None else outputs
+```
+'''

@@ -425,3 +425,24 @@ def test_rules_suggest_reads_the_journal(project, verified):
     proc = tern(project, None, "rules", "suggest", "--min-support", "1")
     assert proc.returncode == 0, proc.stderr
     assert "tf.unique" in proc.stdout and "jnp.unique" in proc.stdout
+
+
+def test_a_keras_layer_the_rules_leave_is_restructured_and_verified_with_ported_weights(project):
+    """spectral_norm_dense: the rules cannot convert the class (a helper method reads
+    build-time weights); the answer is checked by replaying the recorded Keras calls with
+    the Keras kernel, bias and power-iteration vector ported, gradients included."""
+    source = project / "src-spectral" / "spectral_norm_dense"
+    shutil.copytree(ROOT / "fixtures" / "tf" / "spectral_norm_dense", source, ignore=shutil.ignore_patterns("__pycache__"))
+    out = project / "out-spectral" / "spectral_norm_dense"
+    with ScriptedLLM({"`SpectralNormDense`": [{"content": A.SPECTRAL_NORM_DENSE}]}) as llm:
+        proc = tern(project, llm, "migrate", str(source), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.with_name("spectral_norm_dense.tern-report.json").read_text())
+    unit = outcomes(report)["SpectralNormDense"]
+    assert unit["status"] == "accepted" and unit["attempts"] == 1
+    assert sum("replayed call" in p and "matched" in p for p in unit["proof"]) >= 3
+    assert "tensorflow" not in (out / "layers.py").read_text()
+    verify = json.loads(out.with_name("spectral_norm_dense.tern-verify.json").read_text())
+    row = next(r for p in verify["packages"] for r in p["rows"] if r["module"] == "spectral_norm_dense.layers")
+    assert row["status"] == "equivalent" and row["tests_passed"] == row["tests_total"] == 5
+    assert any(c["name"].startswith("d/d") for case in row["cases"] for c in case["compared"])  # gradients compared
