@@ -446,3 +446,26 @@ def test_a_keras_layer_the_rules_leave_is_restructured_and_verified_with_ported_
     row = next(r for p in verify["packages"] for r in p["rows"] if r["module"] == "spectral_norm_dense.layers")
     assert row["status"] == "equivalent" and row["tests_passed"] == row["tests_total"] == 5
     assert any(c["name"].startswith("d/d") for case in row["cases"] for c in case["compared"])  # gradients compared
+
+
+def test_evidence_reaches_units_through_what_tests_and_replays_call(tmp_path):
+    from tern.agent.evidence import read
+    from tern.verify.report import ModuleRow, PackageReport
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text(
+        "def block(x):\n    return x\n\n\ndef build():\n    return block\n\n\ndef lonely(x):\n    return x\n")
+    (package / "model_test.py").write_text(
+        "from pkg.model import build, lonely\n\n\ndef test_build():\n    assert build()\n\n\ndef test_lonely():\n    assert lonely(1)\n")
+    index = PackageIndex(package, "pkg")
+    block, build, lonely = (Unit("model.py", n, "function") for n in ("block", "build", "lonely"))
+    row = ModuleRow("pkg.model", cases=[{"target": "pkg.model:build", "id": "c1", "status": "mismatch",
+                                         "compared": [{"name": "output", "ok": False, "max_abs": 0.5, "max_rel": 0.1}]}],
+                    tests={"pkg/model_test.py::test_build": "passed", "pkg/model_test.py::test_lonely": "failure: boom"},
+                    details={"pkg/model_test.py::test_lonely": {"class": "pkg.model_test", "trace": f'File "{package}/model.py", line 10, in lonely'}})
+    evidence, proof = read(PackageReport("pkg", "", "", [row]), index, [block, build, lonely])
+    assert evidence[block] and evidence[build] and "max abs 0.5" in evidence[block][0]  # build() uses block
+    assert proof[block] == proof[build] == ["test pkg/model_test.py::test_build passed"]
+    assert len(evidence[lonely]) == 1 and "boom" in evidence[lonely][0] and proof[lonely] == []
