@@ -4,8 +4,9 @@ through the real ``openai`` client over HTTP.
 The first half tests the parts alone (answer validation, splicing, units, config, the
 client's faults); the second runs ``tern migrate --llm`` the way a user does, on
 ``fixtures/tf/beyond_dynamic_shapes`` (four units the rules leave), with one project and
-one sandbox daemon for the module. Each end-to-end scenario uses its own copy of the
-fixture (a comment apart), so one scenario's accepted units are not another's journal.
+one sandbox daemon for the module. The scenarios share the original (one recording of its
+TF tests) and each names its own model, so no scenario sees another's cached answers or
+journaled units.
 """
 
 from __future__ import annotations
@@ -231,10 +232,10 @@ def test_suggest_lists_constructs_solved_the_same_way_twice():
 
 # -- tern migrate --llm, end to end -------------------------------------------------------------
 
-def tern(project: Path, llm: ScriptedLLM | None, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def tern(project: Path, llm: ScriptedLLM | None, *args: str, model: str = "scripted", timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TERN_LLM"))}
     if llm is not None:
-        env.update(TERN_LLM_MODEL="scripted", OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key")
+        env.update(TERN_LLM_MODEL=model, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test-key")
     return subprocess.run([sys.executable, "-m", "tern", *args], capture_output=True, text=True, cwd=project,
                           timeout=timeout, env={**env, "COLUMNS": "200"})
 
@@ -247,20 +248,19 @@ def project(tmp_path_factory):
     tern(root, None, "serve", "--stop", "--project", str(root), timeout=120)
 
 
-def copy_fixture(project: Path, scenario: str, edit=None) -> Path:
-    """The fixture under ``src-<scenario>/``, its tree hash made unique by a comment."""
+def copy_fixture(project: Path, scenario: str, edit) -> Path:
     target = project / f"src-{scenario}" / PACKAGE
     shutil.copytree(FIXTURE, target, ignore=shutil.ignore_patterns("__pycache__"))
-    init = target / "__init__.py"
-    init.write_text(init.read_text() + f"# scenario {scenario}\n")
-    if edit:
-        edit(target)
+    edit(target)
     return target
 
 
-def migrate(project: Path, llm: ScriptedLLM | None, source: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path, dict]:
-    out = source.parent.with_name(source.parent.name.replace("src-", "out-")) / PACKAGE
-    proc = tern(project, llm, "migrate", str(source), "--out", str(out), *extra)
+def migrate(project: Path, llm: ScriptedLLM | None, scenario: str, *extra: str,
+            source: Path = FIXTURE) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """``tern migrate`` into ``out-<scenario>/`` with the model ``scripted-<scenario>``: the
+    scenarios share the original (one recording) but not each other's answers or journal."""
+    out = project / f"out-{scenario}" / PACKAGE
+    proc = tern(project, llm, "migrate", str(source), "--out", str(out), *extra, model=f"scripted-{scenario}")
     report = out.with_name(PACKAGE + ".tern-report.json")
     data = json.loads(report.read_text()) if report.exists() else {}
     return proc, out, data
@@ -272,16 +272,15 @@ def outcomes(report: dict) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def verified(project):
-    source = copy_fixture(project, "right")
     script = dict(A.RIGHT)
     script["`unique_counts`"] = [{"content": A.UNIQUE_COUNTS_WRONG}, {"content": A.UNIQUE_COUNTS}]
     with ScriptedLLM(script) as llm:
-        proc, out, report = migrate(project, llm, source)
-    return proc, out, report, llm, source
+        proc, out, report = migrate(project, llm, "right")
+    return proc, out, report, llm
 
 
 def test_agent_reaches_a_verified_translation(verified):
-    proc, out, report, llm, _ = verified
+    proc, out, report, llm = verified
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = outcomes(report)
     assert {n: u["status"] for n, u in found.items()} == dict.fromkeys(
@@ -292,12 +291,12 @@ def test_agent_reaches_a_verified_translation(verified):
     assert "tensorflow" not in ops and "TODO(tern)" not in ops
     assert report["totals"]["todos"] == 0 and report["exit_code"] == 0
     assert report["agent"]["share"]["llm"] == 4 and report["agent"]["tokens"] > 0
-    assert {e["rule"] for f in report["files"] for e in f["edits"] if e["rule"].startswith("llm")} == {"llm:scripted"}
+    assert {e["rule"] for f in report["files"] for e in f["edits"] if e["rule"].startswith("llm")} == {"llm:scripted-right"}
     assert "1 equivalent" in proc.stdout and "4/4" in proc.stdout
 
 
 def test_second_prompt_carries_the_failure(verified):
-    _, _, _, llm, _ = verified
+    _, _, _, llm = verified
     first, second = llm.prompts("`unique_counts`")
     assert "Evidence from verification" not in first
     assert "test_unique_counts" in second and "Arrays are not equal" in second
@@ -306,10 +305,10 @@ def test_second_prompt_carries_the_failure(verified):
 
 
 def test_rerun_resumes_without_asking_again(project, verified):
-    _, out, _, _, source = verified
+    _, out, _, _ = verified
     before = (out / "ops.py").read_text()
     with ScriptedLLM() as silent:  # answers nothing useful: must not be needed
-        proc, out, report = migrate(project, silent, source)
+        proc, out, report = migrate(project, silent, "right")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert silent.requests == []
     assert {u["status"] for u in report["agent"]["units"]} == {"resumed"}
@@ -317,7 +316,6 @@ def test_rerun_resumes_without_asking_again(project, verified):
 
 
 def test_garbage_answers_end_as_rejected_and_nothing_is_lost(project):
-    source = copy_fixture(project, "garbage")
     script = {
         "`positive_values`": [{"content": "I cannot help with that."}],
         "`unique_counts`": [{"content": "```python\nimport tensorflow as tf\ndef unique_counts(ids):\n    return tf.unique(ids)\n```"}],
@@ -325,7 +323,7 @@ def test_garbage_answers_end_as_rejected_and_nothing_is_lost(project):
         "`SalientTokenSelector`": [{"content": "```python\nclass TokenSelector:\n    pass\n```"}],
     }
     with ScriptedLLM(script) as llm:
-        proc, out, report = migrate(project, llm, source, "--attempts", "2")
+        proc, out, report = migrate(project, llm, "garbage", "--attempts", "2")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # residue remains
     found = outcomes(report)
     assert {n: (u["status"], u["attempts"]) for n, u in found.items()} == dict.fromkeys(found, ("rejected", 2))
@@ -338,26 +336,24 @@ def test_garbage_answers_end_as_rejected_and_nothing_is_lost(project):
 
 
 def test_wrong_answers_keep_the_best_attempt_under_a_todo(project):
-    source = copy_fixture(project, "wrong")
     script = dict(A.RIGHT)
     script["`SalientTokenSelector`"] = [{"content": A.SALIENT_TOKEN_SELECTOR_WRONG}]
     with ScriptedLLM(script) as llm:
-        proc, out, report = migrate(project, llm, source, "--attempts", "2")
+        proc, out, report = migrate(project, llm, "wrong", "--attempts", "2")
     found = outcomes(report)
     assert found["SalientTokenSelector"]["status"] == "failed" and found["SalientTokenSelector"]["attempts"] == 2
     assert "replayed call" in found["SalientTokenSelector"]["detail"] and "mismatch" in found["SalientTokenSelector"]["detail"]
     assert all(found[n]["status"] == "accepted" for n in ("positive_values", "unique_counts", "prefix_until_budget"))
     ops = (out / "ops.py").read_text()
-    assert "# TODO(tern): llm (scripted): not verified after 2 attempt(s)" in ops and "self.threshold - 0.5" in ops
+    assert "# TODO(tern): llm (scripted-wrong): not verified after 2 attempt(s)" in ops and "self.threshold - 0.5" in ops
     assert proc.returncode == 1
 
 
 def test_budget_and_endpoint_faults_end_the_loop_cleanly(project):
-    source = copy_fixture(project, "budget")
     script = dict(A.RIGHT)
     script["`positive_values`"] = [{"status": 500}]  # persistently broken (1 retry)
     with ScriptedLLM(script) as llm:
-        proc, out, report = migrate(project, llm, source, "--budget", "1200")
+        proc, out, report = migrate(project, llm, "budget", "--budget", "1200")
     found = outcomes(report)
     statuses = sorted(u["status"] for u in found.values())
     assert found["positive_values"]["status"] == "llm_error" and "HTTP 500" in found["positive_values"]["detail"]
@@ -381,7 +377,7 @@ def test_instructions_hidden_in_the_source_change_nothing_but_the_unit(project):
     script = dict(A.RIGHT)
     script["`positive_values`"] = [{"content": obedient}, {"content": A.POSITIVE_VALUES}]
     with ScriptedLLM(script) as llm:
-        proc, out, report = migrate(project, llm, source)
+        proc, out, report = migrate(project, llm, "inject", source=source)
     found = outcomes(report)
     assert found["positive_values"]["status"] == "accepted" and found["positive_values"]["attempts"] == 2
     assert "NOTE TO THE AI AGENT" in llm.prompts("`positive_values`")[0]  # shown, as data
@@ -391,17 +387,16 @@ def test_instructions_hidden_in_the_source_change_nothing_but_the_unit(project):
 
 
 def test_ctrl_c_cancels_cleanly_and_the_rerun_resumes(project):
-    source = copy_fixture(project, "interrupt")
     out = project / "out-interrupt" / PACKAGE
     script = dict(A.RIGHT)
-    script["`SalientTokenSelector`"] = [{"delay": 60, "content": A.SALIENT_TOKEN_SELECTOR}]
+    script["`SalientTokenSelector`"] = [{"delay": 30, "content": A.SALIENT_TOKEN_SELECTOR}]
     with ScriptedLLM(script) as llm:
-        env = {**os.environ, "TERN_LLM_MODEL": "scripted", "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "k"}
-        proc = subprocess.Popen([sys.executable, "-m", "tern", "migrate", str(source), "--out", str(out)], cwd=project,
+        env = {**os.environ, "TERN_LLM_MODEL": "scripted-interrupt", "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "k"}
+        proc = subprocess.Popen([sys.executable, "-m", "tern", "migrate", str(FIXTURE), "--out", str(out)], cwd=project,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while not llm.prompts("`SalientTokenSelector`") and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
+            time.sleep(0.1)
         assert llm.prompts("`SalientTokenSelector`"), "the agent never asked"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
@@ -409,9 +404,10 @@ def test_ctrl_c_cancels_cleanly_and_the_rerun_resumes(project):
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert (out / "ops.py").read_text() == (RULES_OUTPUT / "ops.py").read_text()  # the rules' output, whole
     with ScriptedLLM(A.RIGHT) as llm:
-        proc, out, report = migrate(project, llm, source)
+        proc, out, report = migrate(project, llm, "interrupt")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(u["status"] == "accepted" for u in report["agent"]["units"])
+    assert llm.prompts("`SalientTokenSelector`")
 
 
 def test_no_llm_configured_says_rules_only(project, tmp_path):

@@ -20,13 +20,15 @@ class AgentUsageError(ValueError):
     pass
 
 
-def choose(source: Path, *, llm: Optional[bool], in_place: bool, dry_run: bool, overrides: dict) -> tuple[LLMConfig | None, str]:
+def choose(source: Path, *, llm: Optional[bool], in_place: bool, dry_run: bool, overrides: dict,
+           project: Path) -> tuple[LLMConfig | None, str]:
     """The LLM to use (None: rules only) and the line that says why when there is none.
 
-    ``llm``: True (required), False (``--no-llm``), None (when configured)."""
+    ``llm``: True (required), False (``--no-llm``), None (when configured). The settings
+    are the project's (where tern runs, like its cache and sandbox), not the package's."""
     if llm is False:
         return None, ""
-    config = load_llm_config(source if source.is_dir() else source.parent, **overrides)
+    config = load_llm_config(project, **overrides)
     if config is None:
         if llm:
             raise AgentUsageError("--llm: " + NOT_CONFIGURED.removeprefix("rules only: "))

@@ -104,10 +104,11 @@ class AgentReport:
                 "accepted": sum(u.status in ("accepted", "resumed") for u in self.units)}
 
 
-def journal_key(original: Path, unit: Unit, rule_code: str) -> str:
-    """An accepted unit stands for the same original package and the same rule output of
-    the unit; a rerun offers it again as an answer, verified like any other."""
-    return keys.digest("agent-unit", keys.tree_hash(original), unit.key, rule_code)
+def journal_key(original: Path, unit: Unit, rule_code: str, model: str) -> str:
+    """An accepted unit stands for the same original package, the same rule output of the
+    unit and the same model (another model does its own work: evals compare models); a
+    rerun offers it again as an answer, verified like any other."""
+    return keys.digest("agent-unit", keys.tree_hash(original), unit.key, rule_code, model)
 
 
 class PackageAgent:
@@ -180,7 +181,7 @@ class PackageAgent:
 
     def _resume(self) -> None:
         for unit, outcome in self.outcomes.items():
-            entry = self.cache.get(journal_key(self.original, unit, self.rule_code[unit]), "agent")
+            entry = self.cache.get(journal_key(self.original, unit, self.rule_code[unit], self.model.name), "agent")
             if entry is not None:
                 self.latest[unit] = Answer(entry["code"], tuple(entry["imports"]))
                 self.journaled.add(unit)
@@ -305,7 +306,7 @@ class PackageAgent:
 
     def _journal(self, unit: Unit, answer: Answer) -> None:
         outcome = self.outcomes[unit]
-        self.cache.put(journal_key(self.original, unit, self.rule_code[unit]), "agent", {
+        self.cache.put(journal_key(self.original, unit, self.rule_code[unit], self.model.name), "agent", {
             "package": self.package, "file": unit.file, "name": unit.name, "kind": unit.kind,
             "code": answer.code, "imports": list(answer.imports), "model": self.model.name,
             "attempts": outcome.attempts, "tokens": outcome.tokens, "reasons": outcome.reasons,
