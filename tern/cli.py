@@ -84,7 +84,8 @@ def migrate(
         raise typer.Exit(2)
     try:
         overrides = {"model": model, "base_url": base_url, "attempts": attempts, "budget_tokens": budget}
-        llm_config, rules_only = agent_cli.choose(path, llm=llm, in_place=in_place, dry_run=dry_run, overrides=overrides)
+        llm_config, rules_only = agent_cli.choose(path, llm=llm, in_place=in_place, dry_run=dry_run, overrides=overrides,
+                                                  project=Path.cwd())
     except (agent_cli.AgentUsageError, ConfigError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)

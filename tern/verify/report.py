@@ -161,3 +161,52 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
 def _last_line(text: str) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def problem_lines(report: PackageReport) -> list[str]:
+    """One line per finding of a package: the recording, failing original tests, calls
+    that could not be replayed, then each module's problems."""
+    lines = []
+    if report.record_error:
+        lines.append(f"{report.package}: recording the original tests: {report.record_error}")
+    failing = [t for t, o in report.original_tests.items() if o not in ("passed", "skipped")]
+    if failing:
+        lines.append(f"{report.package}: {len(failing)} original TF tests fail, e.g. {failing[0]}")
+    for target, reasons in report.skipped.items():
+        for reason, count in reasons.items():
+            lines.append(f"{target}: {count} call(s) not replayable: {reason}")
+    for row in report.rows:
+        lines.extend(f"{row.module}: {p}" for p in row.problems)
+    return lines
+
+
+def to_markdown(reports: list[PackageReport], *, level: int = 2, max_problems: int = 20) -> str:
+    """Verification results as Markdown: per package its status; per module its status,
+    translated tests passed, replayed cases matched and largest errors; then what differs
+    or broke (the first ``max_problems`` lines per package). Deterministic (no timings, no
+    cache flags), so it can be committed beside a translation and diffed."""
+    head = "#" * level
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STATUSES}
+    lines = [f"{head} Verification", "", ", ".join(f"{n} {s}" for s, n in counts.items()) + " modules."]
+    for report in reports:
+        lines += ["", f"{head}# `{report.package}`: {report.status}", ""]
+        lines += ["| module | status | tests passed | replay matched | max abs err | max rel err |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for row in report.rows:
+            tests = f"{row.tests_passed}/{row.tests_total}" if row.tests_total else "-"
+            replay = f"{row.cases_matched}/{row.cases_total}" if row.cases_total else "-"
+            abs_err = f"{row.max_abs:.1e}" if row.max_abs is not None else "-"
+            rel_err = f"{row.max_rel:.1e}" if row.max_rel is not None else "-"
+            lines.append(f"| `{row.module}` | {_md(row.status)} | {tests} | {replay} | {abs_err} | {rel_err} |")
+        problems = problem_lines(report)
+        if problems:
+            lines += ["", "Problems:", ""]
+            lines += [f"- {_md(p)}" for p in problems[:max_problems]]
+            if len(problems) > max_problems:
+                lines.append(f"- ... and {len(problems) - max_problems} more (see the JSON report)")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    """One line, safe in a table cell or a bullet: no pipes, no raw HTML."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
