@@ -11,7 +11,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from tern.verify.report import PackageReport, to_json
+from tern.verify.report import PackageReport, problem_lines, to_json
 
 STYLES = {"equivalent": "green", "mismatch": "red", "error": "red", "untested": "yellow"}
 
@@ -78,19 +78,7 @@ def table(reports: list[PackageReport]) -> Table:
 
 
 def problems(reports: list[PackageReport]) -> list[str]:
-    lines = []
-    for report in reports:
-        if report.record_error:
-            lines.append(f"{report.package}: recording the original tests: {report.record_error}")
-        failing = [t for t, o in report.original_tests.items() if o not in ("passed", "skipped")]
-        if failing:
-            lines.append(f"{report.package}: {len(failing)} original TF tests fail, e.g. {failing[0]}")
-        for target, reasons in report.skipped.items():
-            for reason, count in reasons.items():
-                lines.append(f"{target}: {count} call(s) not replayable: {reason}")
-        for row in report.rows:
-            lines.extend(f"{row.module}: {p}" for p in row.problems)
-    return lines
+    return [line for report in reports for line in problem_lines(report)]
 
 
 async def verify_targets(targets: list[Target], *, project: Path, daemon: str, use_cache: bool,
