@@ -465,3 +465,19 @@ def test_evidence_reaches_units_through_what_tests_and_replays_call(tmp_path):
     assert evidence[block] and evidence[build] and "max abs 0.5" in evidence[block][0]  # build() uses block
     assert proof[block] == proof[build] == ["test pkg/model_test.py::test_build passed"]
     assert len(evidence[lonely]) == 1 and "boom" in evidence[lonely][0] and proof[lonely] == []
+
+
+def test_a_unit_that_breaks_the_module_does_not_cost_its_siblings_an_attempt(project):
+    broken = A.PREFIX_UNTIL_BUDGET.replace("def prefix_until_budget(costs, budget):",
+                                           "def prefix_until_budget(costs, budget, _check=jnp.no_such_function):")
+    script = dict(A.RIGHT)
+    script["`prefix_until_budget`"] = [{"content": broken}, {"content": A.PREFIX_UNTIL_BUDGET}]
+    with ScriptedLLM(script) as llm:
+        proc, out, report = migrate(project, llm, "held")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = outcomes(report)
+    assert {n: (u["status"], u["attempts"]) for n, u in found.items()} == {
+        "positive_values": ("accepted", 1), "unique_counts": ("accepted", 1), "SalientTokenSelector": ("accepted", 1),
+        "prefix_until_budget": ("accepted", 2)}
+    assert len(llm.requests) == 5
+    assert "no_such_function" in llm.prompts("`prefix_until_budget`")[1]  # the import traceback, pinned to it

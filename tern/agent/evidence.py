@@ -14,7 +14,8 @@ import re
 from tern.agent.units import PackageIndex, Unit
 from tern.verify.report import PackageReport
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+#: a frame as Python prints it, and as pytest prints it (``pkg/ops.py:27: in <module>``)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)|^([^\s:"]+\.py):(\d+): in ', re.MULTILINE)
 
 
 def case_text(case: dict) -> str:
@@ -30,7 +31,9 @@ def case_text(case: dict) -> str:
 def _pinned(trace: str, index: PackageIndex) -> list[Unit]:
     """Units holding a frame of ``trace``, innermost last."""
     found = []
-    for path, line in _FRAME.findall(trace):
+    for match in _FRAME.finditer(trace):
+        path, line = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        path = path if path.startswith("/") else "/" + path
         for rel, f in index.files.items():
             if path.endswith("/" + rel):
                 definition = f.at(int(line))
@@ -66,7 +69,9 @@ def read(report: PackageReport, index: PackageIndex, units: list[Unit]) -> tuple
                 continue
             detail = row.details.get(test_id, {})
             definition = index.test_definition(test_id, detail.get("class", ""))
-            if definition is None:
+            if definition is None:  # a file that could not be collected: only what its traceback names
+                for unit in [u for u in _pinned(detail.get("trace", ""), index) if u in wanted][-1:]:
+                    evidence[unit].append(f"test {test_id}: {outcome}\n{detail.get('trace', '')[-2500:]}".rstrip())
                 continue
             reached = reach(definition.unit.file, definition.unit.name) & wanted
             if outcome == "passed":

@@ -136,6 +136,7 @@ class PackageAgent:
         self.best: dict[Unit, tuple[int, Answer]] = {}
         self.rule_code: dict[Unit, str] = {}  # each unit as the rules left it
         self.journaled: set[Unit] = set()  # answers offered from an earlier run's journal
+        self.held: set[Unit] = set()  # answers a sibling's failure kept from being checked
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -161,7 +162,8 @@ class PackageAgent:
                 self.evidence[unit] = [e for e in found[unit] if "replayed call" in e and "mismatch" in e][:3]
         self._resume()
         for round_number in range(1, self.attempts + 1):
-            pending = [u for u in self._pending() if self.outcomes[u].attempts < self.attempts or u in self.journaled]
+            pending = [u for u in self._pending()
+                       if self.outcomes[u].attempts < self.attempts or u in self.journaled or u in self.held]
             if not pending:
                 break
             self.report.rounds = round_number
@@ -191,8 +193,8 @@ class PackageAgent:
         """Ask until an answer passes validation, the unit's attempts are spent, the
         budget is, or the endpoint fails."""
         outcome = self.outcomes[unit]
-        if unit in self.journaled:
-            return  # verified again in this round, not asked
+        if unit in self.journaled or unit in self.held:
+            return  # its answer is verified (again) in this round, not asked for
         while outcome.attempts < self.attempts:
             current = (self.translated / unit.file).read_text()
             ctx = UnitContext(
@@ -258,6 +260,7 @@ class PackageAgent:
         report = await self._verify(tree)
         found, proof = evidence_mod.read(report, PackageIndex(tree, self.package), asked)
         journaled, self.journaled = self.journaled, set()
+        self.held -= set(asked)
         for unit in asked:
             outcome, answer = self.outcomes[unit], self.latest[unit]
             outcome.evidence, outcome.proof = found[unit], proof[unit]
@@ -270,8 +273,13 @@ class PackageAgent:
             if unit in journaled:
                 outcome.attempts = 0  # an earlier run's answer no longer holds: ask afresh
             if not found[unit]:
-                outcome.status, outcome.detail = "unverified", "no translated test or replayed call reaches it"
                 self.best[unit] = (0, answer)
+                blocked = [u for u in asked if u.file == unit.file and found[u]]
+                if blocked:  # nothing passed because a sibling broke the module: check it again next round
+                    self.held.add(unit)
+                    outcome.detail = f"not checked: {blocked[0].name} broke the module ({found[blocked[0]][0].splitlines()[0][:200]})"
+                    continue
+                outcome.status, outcome.detail = "unverified", "no translated test or replayed call reaches it"
                 continue
             if unit not in self.best or len(found[unit]) <= self.best[unit][0]:
                 self.best[unit] = (len(found[unit]), answer)

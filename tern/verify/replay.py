@@ -217,7 +217,7 @@ def replay_module(payload: dict, scratch: Path) -> dict:
 
 
 def _import_failure() -> str:
-    text = traceback.format_exc(limit=4)
+    text = traceback.format_exc(limit=-6)  # the innermost frames: where in the module it failed
     if "tensorflow" in text.splitlines()[-1]:
         return "the translation still imports TensorFlow: " + text.splitlines()[-1]
     return text[-2000:]
