@@ -268,6 +268,43 @@ def rules_suggest(
     raise typer.Exit(agent_cli.print_suggestions(project or Path.cwd(), min_support, out))
 
 
+@app.command("eval")
+def evaluate(
+    suites: list[Path] = typer.Argument(None, help="Suites: directories of TF packages or suite .toml files (with --compare: two eval JSON files)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory for translations and reports (default: .tern/eval/<suite> of the project)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A previous eval JSON: list regressions and improvements; exit 1 on a regression."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Where to write the JSON (default: in the run directory)."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Where to write the Markdown scorecard."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Where to write the self-contained HTML report."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Run every case and job again; do not read cached results."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Cases migrated in parallel processes."),
+    llm: Optional[bool] = typer.Option(None, "--llm/--no-llm", help="Use the LLM agent when one is configured (default), or rules only."),
+    compare: bool = typer.Option(False, "--compare", help="Compare two eval JSON files instead of running: tern eval --compare A.json B.json."),
+    daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
+    project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ holds the cache (default: the current directory's)."),
+) -> None:
+    """Score translations over suites of cases; write the scorecard as JSON, Markdown and HTML.
+
+    Exit 0: no regression against --baseline and no case worse than its suite expects;
+    1: a regression or a case worse than expected; 2: bad usage.
+    """
+    from tern.evaluation import cli as eval_cli
+
+    try:
+        if compare:
+            code = eval_cli.compare_runs(list(suites or []), json_path=json_path, markdown_path=markdown_path,
+                                         html_path=html_path, out=out)
+        else:
+            code = eval_cli.run_suites(list(suites or []), out_dir=out_dir, baseline=baseline, json_path=json_path,
+                                       markdown_path=markdown_path, html_path=html_path, use_cache=not no_cache,
+                                       jobs=jobs, llm=llm, daemon=daemon, workers=workers, project=project, out=out, err=err)
+    except eval_cli.UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
 cache_app = typer.Typer(help="The verification cache under .tern/.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 

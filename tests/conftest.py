@@ -5,7 +5,7 @@ several-minute module collected last would run alone at the end. Moving the slow
 the front lets the many quick files fill the other worker meanwhile.
 """
 
-SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_fixtures.py", "test_weights_cmd.py",
+SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
               "test_server.py")
 
 
