@@ -174,6 +174,35 @@ def _parsed_file(path: str) -> cst.Module:
         return cst.parse_module(handle.read())
 
 
+def support_closure(names) -> list[str]:
+    """``names`` and every support definition they use in turn, sorted.
+
+    A support file may call another (each Keras loss calls ``keras_same_rank``); a template
+    only names the one it calls, so the rest is found here, by the names each file uses.
+    """
+    out: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(_support_uses(name))
+    return sorted(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _support_uses(name: str) -> tuple[str, ...]:
+    import ast
+
+    from tern.records import rules_root
+
+    folder = rules_root() / "support"
+    available = {p.stem for p in folder.glob("*.py")}
+    tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return tuple(sorted((used & available) - {name}))
+
+
 def value_table_name(kind: str) -> str:
     return f"_TERN_{kind.upper()}S"
 

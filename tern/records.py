@@ -26,6 +26,9 @@ class Signature:
     stay positional. ``unsupported`` parameters, when passed, leave the call as written
     with a TODO carrying the reason. ``defaults`` are target keywords written out when the
     source default differs from the target's. ``convert`` names a value converter.
+    ``inert`` lists, per parameter, literal source values that mean "not used" (Keras'
+    ``use_ema=False``, ``weight_decay=None``): passing exactly one of them is passing nothing,
+    so an unsupported parameter given its inert value does not block the call.
     """
 
     params: tuple[str, ...] = ()
@@ -34,6 +37,7 @@ class Signature:
     unsupported: dict[str, str] = field(default_factory=dict)
     defaults: dict[str, str] = field(default_factory=dict)
     convert: dict[str, str] = field(default_factory=dict)
+    inert: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ def _signature(raw: dict[str, Any]) -> Signature:
         unsupported=dict(raw.get("unsupported", {})),
         defaults={k: str(v) for k, v in raw.get("defaults", {}).items()},
         convert=dict(raw.get("convert", {})),
+        inert={k: (v,) if isinstance(v, str) else tuple(v) for k, v in raw.get("inert", {}).items()},
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -64,13 +65,30 @@ def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
 
+def _is_inert(node: cst.BaseExpression, values: tuple[str, ...]) -> bool:
+    """The argument is literally one of the record's "not used" values (bools never equal numbers)."""
+    if not isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.UnaryOperation)):
+        return False
+    try:
+        given = ast.literal_eval(code(node))
+    except (ValueError, SyntaxError):
+        return False
+    for text in values:
+        inert = ast.literal_eval(text)
+        if isinstance(given, bool) == isinstance(inert, bool) and given == inert:
+            return True
+    return False
+
+
+_ATOMIC = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float,
+    cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List, cst.Dict, cst.Set,
+    cst.FormattedString, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp,
+)
+
+
 def _wrap(node: cst.BaseExpression) -> cst.BaseExpression:
-    atomic = (
-        cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float,
-        cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List, cst.Dict, cst.Set,
-        cst.FormattedString, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp,
-    )
-    if isinstance(node, atomic) or node.lpar:
+    if isinstance(node, _ATOMIC) or node.lpar:
         return node
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
@@ -83,6 +101,8 @@ def map_arguments(
     for name, value in bound.args.items():
         if name in bookkeeping and name not in sig.params:
             continue
+        if name in sig.inert and _is_inert(value, sig.inert[name]):
+            continue  # the source's own "not used" value: as if not passed
         if name in sig.unsupported:
             if _is_none(value):
                 continue  # passing None is passing nothing
@@ -237,9 +257,7 @@ def expand_template(
         needed = _PLACEHOLDER.findall(inner)
         return inner if all(n in values or n == "key" for n in needed) else ""  # {key}: always available
 
-    text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), template)
-    text = _SUPPORT.sub(lambda mt: _support_name(ctx, mt.group(1)), text)
-    text = _SPAN.sub(span, text)
+    text = _SPAN.sub(span, template)
     if strict:
         unused = sorted(n for n in given if "{" + n + "}" not in text)
         if unused:  # an argument the translation would silently lose
@@ -247,6 +265,9 @@ def expand_template(
     missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
     if missing:
         return Refusal(f"required argument `{missing[0]}` not given")
+    # only now, for the spans kept and the alternative chosen, ask for tables and support code
+    text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), text)
+    text = _SUPPORT.sub(lambda mt: _support_name(ctx, mt.group(1)), text)
     if "{key}" in text and "key" not in values:  # a param named `key` (MHA) is not the PRNG key
         key = ctx.rng_key()
         if isinstance(key, Refusal):
@@ -266,5 +287,7 @@ class _FoldLiteralConditions(cst.CSTTransformer):
         test = updated.test
         if isinstance(test, cst.Name) and test.value in ("True", "False"):
             chosen = updated.body if test.value == "True" else updated.orelse
-            return chosen.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else chosen
+            if updated.lpar and not chosen.lpar and not isinstance(chosen, _ATOMIC):
+                return chosen.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+            return chosen
         return updated

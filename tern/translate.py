@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from tern.context import FileContext, FunctionFrame, LayerRef
+from tern.context import FileContext, FunctionFrame, LayerRef, support_closure
 from tern.convert import Refusal
 from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
 from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, source_facts
@@ -531,7 +531,7 @@ def translate_module(
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
-    for name in sorted(ctx.support):
+    for name in support_closure(ctx.support):
         if not _defines(out, name):  # a rerun on translated code finds it already there
             generated += ctx.support_statements(name)
     if generated:

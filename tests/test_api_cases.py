@@ -14,6 +14,9 @@ Each ``[[case]]``::
     numeric = false                           # golden only (reason in `why`)
     why = "..."                               # why the case exists / is golden-only
 
+An ``after`` may call support definitions (``keras_loss``, ...): the JAX namespace holds every
+``rules/support/*.py``, as a translated file would after tern inserted the ones it uses.
+
 Input specs: ``dtype[shape]`` with optional ``:lo:hi`` (uniform floats in [lo, hi),
 integers in [lo, hi] inclusive), or ``=expr`` evaluated with ``np`` in scope.
 
@@ -40,6 +43,8 @@ import tensorflow as tf  # noqa: E402  (imported once for the session)
 import keras
 from keras import ops
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -51,6 +56,7 @@ RTOL = 1e-5
 ATOL = 1e-6
 
 CASES_DIR = Path(__file__).resolve().parents[1] / "rules" / "api" / "cases"
+SUPPORT_DIR = CASES_DIR.parents[1] / "support"
 HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
 SPEC = re.compile(r"^(?P<dtype>[a-z0-9_]+)\[(?P<shape>[0-9, ]*)\](?::(?P<lo>-?[0-9.e+-]+):(?P<hi>-?[0-9.e+-]+))?$")
 
@@ -133,6 +139,17 @@ def make_input(spec, rng: np.random.Generator):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def support_namespace() -> dict:
+    """Every rules/support definition, executed once (they call each other by name)."""
+    namespace: dict = {}
+    for path in sorted(SUPPORT_DIR.glob("*.py")):
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+SUPPORT = support_namespace()
+
+
 def _evaluate(expr: str, prelude: str, namespace: dict):
     if prelude:
         exec(prelude, namespace)  # noqa: S102
@@ -185,6 +202,7 @@ def test_numeric(case: dict):
     prelude = case.get("prelude", "")
     tf_ns = {"tf": tf, "keras": keras, "ops": ops, "np": np, **inputs}
     jax_ns = {
+        **SUPPORT, "functools": functools,
         "jax": jax, "jnp": jnp, "nn": nn, "optax": optax, "np": np,
         **{k: jnp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()},
     }

@@ -10,8 +10,12 @@ Checks, per record:
   is accepted by the target's signature, and leading positional params fit its positional
   slots (with matching names where the target slot can also be passed by keyword);
 * templates are valid Python for every choice of optional spans, and use only known params;
-* renames/unsupported/convert/defaults refer to real params and known converters;
+* renames/unsupported/convert/defaults/inert refer to real params and known converters,
+  inert values are literals, and every ``{support:NAME}`` has its rules/support/NAME.py;
 * every non-trivial record explains itself in ``note``.
+
+Sources are ``tensorflow.*`` and the Keras APIs translated as calls: ``keras.ops``,
+``keras.optimizers`` (schedules included) and ``keras.losses``.
 
 TensorFlow is imported once at module level (a cost paid once per session).
 """
@@ -39,6 +43,9 @@ TARGET_ROOTS = ("jax", "flax", "optax", "numpy")
 DOTTED = re.compile(r"(?<![\w.])(?:jax|flax|optax|numpy)(?:\.\w+)+")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
+SUPPORT = re.compile(r"\{support:(\w+)\}")
+SUPPORT_DIR = RULES / "support"
+KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.")
 
 TABLES = load_tables(RULES)
 MY_FILES = sorted(p.name for p in API_DIR.glob("*.toml"))
@@ -49,7 +56,7 @@ def _records() -> list[ApiRecord]:
     for record in TABLES.api.values():
         if id(record) in seen or not record.origin.startswith("api/"):
             continue
-        if record.source.startswith(("tensorflow.", "keras.ops.")):
+        if record.source.startswith(("tensorflow.", *KERAS_SOURCES)):
             seen.add(id(record))
             out.append(record)
     return sorted(out, key=lambda r: r.source)
@@ -69,7 +76,7 @@ def source_object(name: str):
     elif parts[0] == "keras":
         obj = keras
     else:
-        raise AssertionError(f"{name}: source names start with tensorflow. or keras.ops.")
+        raise AssertionError(f"{name}: source names start with tensorflow. or keras.")
     for part in parts[1:]:
         obj = getattr(obj, part)
     return obj
@@ -130,6 +137,7 @@ def template_variants(template: str) -> list[str]:
 
 
 def as_python(text: str) -> str:
+    text = SUPPORT.sub(lambda m: m.group(1), text)  # a support definition is called by its name
     return PLACEHOLDER.sub(lambda m: f"__p_{m.group(1)}", text)
 
 
@@ -166,7 +174,7 @@ def test_tables_load_without_duplicates():
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_source_and_aliases_exist(record: ApiRecord):
     if record.source.startswith("keras."):
-        assert record.source.startswith("keras.ops."), "keras records here are keras.ops.*"
+        assert record.source.startswith(KERAS_SOURCES), f"keras records here are {KERAS_SOURCES}"
     obj = source_object(record.source)
     for alias in record.aliases:
         other = source_object(alias)
@@ -209,15 +217,23 @@ def test_params_match_live_signature(record: ApiRecord):
 def test_keys_refer_to_params(record: ApiRecord):
     sig = record.signature
     params = set(sig.params)
-    for what, keys in (("rename", sig.rename), ("unsupported", sig.unsupported), ("convert", sig.convert)):
+    for what, keys in (
+        ("rename", sig.rename), ("unsupported", sig.unsupported), ("convert", sig.convert), ("inert", sig.inert),
+    ):
         unknown = set(keys) - params
         assert not unknown, f"{record.source}: {what} names unknown params {sorted(unknown)}"
     for name, conv in sig.convert.items():
         assert conv in CONVERTERS, f"{record.source}: unknown converter {conv!r} for {name}"
     for name, reason in sig.unsupported.items():
         assert reason.strip(), f"{record.source}: unsupported {name} needs a reason"
+    for name, values in sig.inert.items():
+        assert values, f"{record.source}: inert {name} lists no value"
+        for value in values:
+            ast.literal_eval(value)  # a literal the engine can compare arguments with
     assert 0 <= sig.positional <= max(len(sig.params), 1)
-    if record.template is not None:
+    if record.todo and record.target is None and record.template is None:
+        assert sig.params, f"{record.source}: a never-translated call still lists its params"
+    elif record.template is not None:
         assert record.target is None, "a record has a target or a template, not both"
         # template defaults are values for SOURCE params that were not passed
         assert set(sig.defaults) <= params, f"{record.source}: template defaults {sorted(sig.defaults)}"
@@ -248,6 +264,8 @@ def test_template_is_python(record: ApiRecord):
 
 def _check_template(record, sig, params, template):
     assert not re.search(r"\{table:", template), "table placeholders are not used by API records"
+    for name in SUPPORT.findall(template):
+        assert (SUPPORT_DIR / f"{name}.py").is_file(), f"{record.source}: no rules/support/{name}.py"
     for inner in SPAN.findall(template):
         assert PLACEHOLDER.search(inner), f"{record.source}: span [[{inner}]] has no placeholder"
     used = set(PLACEHOLDER.findall(template))

@@ -42,6 +42,7 @@ def test_template_tables_exist():
 def test_every_record_has_a_target_or_a_template():
     tables = load_tables()
     for record in tables.api.values():
-        assert record.target or record.template, record.source
+        # a `todo` record is never translated (keras.optimizers.Ftrl): it needs neither
+        assert record.target or record.template or record.todo, record.source
     for record in tables.layers.values():
         assert record.target or record.template or record.apply, record.source

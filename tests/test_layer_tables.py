@@ -271,10 +271,17 @@ def test_flax_names_and_keywords_exist(raw):
 @pytest.mark.parametrize("name", sorted(SUPPORT))
 def test_support_file_defines_its_name(name):
     """``{support:NAME}`` inserts rules/support/NAME.py and writes NAME: the file must
-    define a class of that name, and every support file must be used by some template."""
-    assert isinstance(SUPPORT[name], type), f"rules/support/{name}.py does not define class {name}"
+    define a class or function of that name, and every support file must be used by some
+    template or by another support file (which the translation then inserts with it)."""
+    assert isinstance(SUPPORT[name], (type, types.FunctionType)), (
+        f"rules/support/{name}.py does not define a class or function {name}"
+    )
     used = any("{support:" + name + "}" in p.read_text(encoding="utf-8") for p in RULES.rglob("*.toml"))
-    assert used, f"rules/support/{name}.py is used by no table"
+    used = used or any(
+        re.search(rf"\b{name}\(", p.read_text(encoding="utf-8"))
+        for p in (RULES / "support").glob("*.py") if p.stem != name
+    )
+    assert used, f"rules/support/{name}.py is used by no table and no other support file"
 
 
 @pytest.mark.parametrize("raw", RAW, ids=RAW_IDS)

@@ -1,0 +1,52 @@
+"""A Keras loss object's call (``loss_fn(y_true, y_pred, sample_weight=None)``) in ``jax.numpy``.
+
+``keras.losses.BinaryCrossentropy(...)`` and the other loss classes translate to
+``functools.partial(keras_loss, <per-sample loss>, **options)``. The call follows Keras'
+``LossFunctionWrapper.call`` and ``reduce_weighted_values`` (keras/src/losses/): labels and
+predictions are lined up by rank, the per-sample loss is computed, entries of
+``ignore_class`` are masked out, sample weights are lined up by rank and multiplied in, and
+the result is reduced: ``"sum_over_batch_size"`` (the default) and ``"mean"`` divide the
+weighted sum by the number of loss entries (not by the sum of the weights),
+``"mean_with_sample_weight"`` by the sum of the weights, ``"sum"`` sums, ``"none"``/``None``
+keeps the per-sample losses. A Keras mask carried by ``y_pred`` from a masking layer has no
+JAX counterpart: pass such a mask as ``sample_weight``. Translations insert this definition
+into the output file; the imports are not copied.
+"""
+
+import jax
+
+
+def keras_loss(fn, y_true, y_pred, sample_weight=None, *, reduction="sum_over_batch_size", **options):
+    """``fn(y_true, y_pred, **options)`` per sample, weighted and reduced as a Keras loss object does."""
+    y_true, y_pred = keras_same_rank(y_true, y_pred)
+    values = fn(y_true, y_pred, **options)
+    ignore_class = options.get("ignore_class")
+    if ignore_class is not None:
+        labels = y_true
+        if labels.ndim == y_pred.ndim and labels.shape[options.get("axis", -1)] == 1:
+            labels = jax.numpy.squeeze(labels, options.get("axis", -1))
+        valid = labels != ignore_class
+        if reduction in ("mean", "sum_over_batch_size"):
+            count = jax.numpy.sum(valid.astype(values.dtype))
+            scale = jax.numpy.where(count > 0, valid.size / jax.numpy.where(count > 0, count, 1), 0.0)
+            mask = jax.numpy.where(valid, scale, 0.0).astype(values.dtype)
+        else:
+            mask = valid.astype(values.dtype)
+        if sample_weight is None:
+            sample_weight = mask
+        else:
+            mask, sample_weight = keras_same_rank(mask, jax.numpy.asarray(sample_weight, values.dtype))
+            sample_weight = sample_weight * mask
+    if sample_weight is not None:
+        values, sample_weight = keras_same_rank(values, jax.numpy.asarray(sample_weight, values.dtype))
+        values = values * sample_weight
+    if reduction in (None, "none") or values.shape in ((), (0,)):
+        return values
+    total = jax.numpy.sum(values)
+    if reduction == "sum":
+        return total
+    if reduction == "mean_with_sample_weight" and sample_weight is not None:
+        divisor = jax.numpy.sum(sample_weight).astype(total.dtype)
+    else:
+        divisor = jax.numpy.asarray(values.size, total.dtype)
+    return jax.numpy.where(divisor != 0, total / jax.numpy.where(divisor != 0, divisor, 1), 0.0)

@@ -1,0 +1,17 @@
+"""Keras' ``keras.losses.mean_absolute_error`` per-sample loss in ``jax.numpy``.
+
+Labels and predictions are lined up by rank first (``keras_same_rank``); the loss is the
+mean over the last axis.
+Used by the function ``keras.losses.mean_absolute_error`` and, through ``keras_loss``, by the class
+``keras.losses.MeanAbsoluteError``. Translations insert this definition into the output file; the
+imports are not copied.
+"""
+
+import jax
+
+
+def keras_mean_absolute_error(y_true, y_pred):
+    """``mean(|y_true - y_pred|, axis=-1)``."""
+    y_pred = jax.numpy.asarray(y_pred)
+    y_true, y_pred = keras_same_rank(jax.numpy.asarray(y_true, y_pred.dtype), y_pred)
+    return jax.numpy.mean(jax.numpy.abs(y_true - y_pred), axis=-1)
