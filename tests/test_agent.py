@@ -481,3 +481,20 @@ def test_a_unit_that_breaks_the_module_does_not_cost_its_siblings_an_attempt(pro
         "prefix_until_budget": ("accepted", 2)}
     assert len(llm.requests) == 5
     assert "no_such_function" in llm.prompts("`prefix_until_budget`")[1]  # the import traceback, pinned to it
+
+
+def test_eval_with_the_llm_scores_the_agent_s_work(project):
+    """``tern eval --llm``: the rules leave beyond_dynamic_shapes unfinished, the agent
+    completes it, the case is verified and its edits are credited to the LLM; the rerun
+    is served from the cache without asking again."""
+    suite = project / "agent-suite.toml"
+    suite.write_text(f'[suite]\nname = "agent"\n\n[[case]]\npath = "{FIXTURE}"\n')
+    with ScriptedLLM(A.RIGHT) as llm:
+        first = tern(project, llm, "eval", str(suite), "--llm", "--json", str(project / "eval-1.json"), model="scripted-eval")
+        second = tern(project, llm, "eval", str(suite), "--llm", "--json", str(project / "eval-2.json"), model="scripted-eval")
+    assert first.returncode == 0, first.stdout + first.stderr
+    case = json.loads((project / "eval-1.json").read_text())["cases"][0]
+    assert case["status"] == "verified", case
+    assert case["edits_llm"] == 4 and case["tokens"] > 0 and case["attempts"] == 4
+    assert second.returncode == 0 and len(llm.requests) == 4  # the rerun asked nothing
+    assert json.loads((project / "eval-2.json").read_text())["cases"][0]["status"] == "verified"

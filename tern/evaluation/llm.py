@@ -11,7 +11,6 @@ reads provenance from there as it does for rules.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,21 +37,15 @@ def setup(project: Path, requested: bool | None) -> LlmSetup:
     """``requested``: True (--llm), False (--no-llm) or None (the LLM when configured).
 
     Raises ``ValueError`` for --llm without an LLM and for a malformed LLM configuration."""
+    from tern.agent.config import NOT_CONFIGURED, load_llm_config
+
     if requested is False:
         return LlmSetup(None, "rules only (--no-llm)")
-    try:
-        config_module = importlib.import_module("tern.agent.config")
-        importlib.import_module("tern.agent.run")
-    except ImportError as exc:
-        if requested:
-            raise ValueError(f"--llm: the LLM agent cannot be loaded ({exc})") from None
-        return LlmSetup(None, "rules only: the LLM agent (tern.agent) is not available")
-    config = config_module.load_llm_config(project)
+    config = load_llm_config(project)
     if config is None:
-        message = config_module.NOT_CONFIGURED
         if requested:
-            raise ValueError("--llm: " + message.removeprefix("rules only: "))
-        return LlmSetup(None, message)
+            raise ValueError("--llm: " + NOT_CONFIGURED.removeprefix("rules only: "))
+        return LlmSetup(None, NOT_CONFIGURED)
     return LlmSetup(config, f"rules + LLM: {config.describe()}")
 
 
