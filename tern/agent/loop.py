@@ -218,6 +218,7 @@ class PackageAgent:
                     outcome.status, outcome.detail = "llm_error", f"{result.cause}: {result.message}"
                     return
                 self.evidence[unit] = [f"your answer was rejected: {result.message}"]
+                outcome.detail = f"answer rejected: {result.message}"
                 continue
             self.budget.charge(result.tokens)
             outcome.tokens += result.tokens
@@ -238,8 +239,8 @@ class PackageAgent:
                 continue
             self.latest[unit] = found
             return
-        if unit not in self.latest or outcome.detail.startswith("answer rejected"):
-            outcome.status = "rejected" if unit not in self.best else "failed"
+        # attempts spent with no valid answer this round: an earlier round's best attempt stays
+        outcome.status = "failed" if unit in self.best else "rejected"
 
     async def _judge(self, asked: list[Unit], round_number: int) -> None:
         """Verify a copy holding every pending unit's latest answer; accept what passes."""
