@@ -15,7 +15,7 @@ Checks, per record:
 * every non-trivial record explains itself in ``note``.
 
 Sources are ``tensorflow.*`` and the Keras APIs translated as calls: ``keras.ops``,
-``keras.optimizers`` (schedules included) and ``keras.losses``.
+``keras.optimizers`` (schedules included), ``keras.losses`` and ``keras.metrics``.
 
 TensorFlow is imported once at module level (a cost paid once per session).
 """
@@ -45,7 +45,7 @@ PLACEHOLDER = re.compile(r"\{(\w+)\}")
 SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
 SUPPORT = re.compile(r"\{support:(\w+)\}")
 SUPPORT_DIR = RULES / "support"
-KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.")
+KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.", "keras.metrics.")
 
 TABLES = load_tables(RULES)
 MY_FILES = sorted(p.name for p in API_DIR.glob("*.toml"))

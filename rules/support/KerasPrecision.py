@@ -1,0 +1,46 @@
+"""``keras.metrics.Precision`` as a plain Python object holding NumPy float32 state.
+
+State outside jitted code, Keras' API (see ``KerasMean``). As keras/src/metrics/
+confusion_metrics.py: float32 true and false positive counts per threshold, updated by
+``keras_confusion_matrix_update`` (thresholds, ``top_k`` and ``class_id`` as Keras reads
+them, see ``keras_metric_thresholds``); ``result()`` is ``tp / (tp + fp)`` (0 when nothing
+was predicted positive), a scalar for one threshold, else one value per threshold.
+Translations insert this definition into the output file; the imports are not copied.
+"""
+
+import numpy
+
+
+class KerasPrecision:
+    """Keras' ``Precision``: the fraction of predicted positives that are positive."""
+
+    def __init__(self, thresholds=None, top_k=None, class_id=None, name=None):
+        self.name = keras_metric_name(name, "precision")
+        self.init_thresholds = thresholds
+        self.top_k = top_k
+        self.class_id = class_id
+        self.thresholds, self._evenly = keras_metric_thresholds(thresholds, top_k)
+        self.reset_state()
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        counts = keras_confusion_matrix_update(
+            y_true, y_pred, self.thresholds, evenly=self._evenly, top_k=self.top_k,
+            class_id=self.class_id, sample_weight=sample_weight,
+        )
+        self.true_positives = (self.true_positives + counts["tp"]).astype(numpy.float32)
+        self.false_positives = (self.false_positives + counts["fp"]).astype(numpy.float32)
+
+    def result(self):
+        result = keras_divide_no_nan(self.true_positives, self.true_positives + self.false_positives)
+        return result[0] if len(self.thresholds) == 1 else result
+
+    def reset_state(self):
+        self.true_positives = numpy.zeros(len(self.thresholds), numpy.float32)
+        self.false_positives = numpy.zeros(len(self.thresholds), numpy.float32)
+
+    def reset_states(self):
+        self.reset_state()
+
+    def __call__(self, *args, **kwargs):
+        self.update_state(*args, **kwargs)
+        return self.result()
