@@ -267,6 +267,11 @@ class Scopes:
         self._facts = facts
         self._candidates = facts.candidates if facts is not None else None
 
+    @property
+    def imports_source(self) -> bool:
+        """Whether the file imports TensorFlow or Keras at all (unknown: assume it does)."""
+        return self._candidates is None or bool(self._candidates)
+
     def push_function(self, node: cst.FunctionDef | cst.Lambda) -> None:
         known = self._facts.take_scope(node) if self._facts is not None else None
         self._stack.append([known[0], known[1], node] if known else [None, None, node])

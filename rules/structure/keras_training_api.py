@@ -1,0 +1,56 @@
+"""Keras training API on objects tern cannot type: flagged, never passed through.
+
+``model.fit(...)``, ``optimizer.apply_gradients(...)`` or ``model.trainable_variables`` on
+a model that arrives as an argument look like any method call to the translator. Left
+as written they fail at run time in JAX, and the file would count as translated. In a
+file that imports TensorFlow or Keras they get a TODO instead, until training rules
+translate them. Test files have their own rule (``testing/module_calls.py``), which
+knows the modules their tests build.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tern.rule import Rule
+
+METHODS = frozenset({
+    "compile", "fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
+    "apply_gradients", "minimize", "add_loss", "get_weights", "set_weights", "save_weights", "load_weights",
+    "get_layer", "reset_metrics",
+})
+ATTRIBUTES = frozenset({"trainable_variables", "trainable_weights", "non_trainable_variables", "non_trainable_weights",
+                        "losses"})
+REASON = ("Keras training API, if this is a Keras model or optimizer: no Flax counterpart yet "
+          "(write the train state, optax step and loop, or leave it to the LLM fallback)")
+
+
+def _receiver(node: cst.BaseExpression) -> str:
+    text = cst.Module([]).code_for_node(node)
+    return text if len(text) <= 40 else "..."
+
+
+class KerasTrainingApiRule(Rule):
+    id = "structure:keras-training-api"
+    scope = "models"
+    order = 95  # after every rule that translates such a call where it knows the receiver
+
+    def leave_call(self, ctx, original, updated):
+        func = original.func
+        if isinstance(func, cst.Attribute) and func.attr.value in METHODS:
+            self._flag(ctx, func)
+        return None
+
+    def leave_attribute(self, ctx, original, updated):
+        if original.attr.value in ATTRIBUTES:
+            self._flag(ctx, original)
+        return None
+
+    @staticmethod
+    def _flag(ctx, node: cst.Attribute) -> None:
+        if not ctx.scopes.imports_source or ctx.resolve(node) is not None:
+            return  # a file with no TF, or a TF/Keras symbol itself: the tables' business
+        ctx.todo(f"{_receiver(node.value)}.{node.attr.value}", REASON)
+
+
+RULE = KerasTrainingApiRule()
