@@ -34,17 +34,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tensorflow as tf  # noqa: E402  (imported once for the session)
 import keras
 
 import jax.numpy as jnp
 
 from tern.records import load_tables
-from tern.translate import translate_source
+from translated_objects import keras_object, translated_object
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 CASES_FILE = RULES / "api" / "cases" / "metrics.toml"
-HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
 RTOL = 1e-6
 ATOL = 1e-6
 
@@ -215,23 +213,6 @@ STREAMS = {name[len("stream_"):]: fn for name, fn in globals().items() if name.s
 
 
 # -- running both sides ------------------------------------------------------------------
-
-
-def keras_object(before: str, prelude: str = ""):
-    namespace = {"tf": tf, "keras": keras, "np": np}
-    if prelude:
-        exec(prelude, namespace)  # noqa: S102 - test code written in this repo
-    return eval(before, namespace)  # noqa: S307
-
-
-def translated_object(before: str, prelude: str = ""):
-    """The value of ``y`` in tern's translation of ``prelude`` + ``y = before``, executed."""
-    prelude = prelude + "\n" if prelude and not prelude.endswith("\n") else prelude
-    result = translate_source(HEADER + prelude + f"y = {before}\n")
-    assert not result.todos, f"the translation left TODOs:\n{result.code}"
-    namespace: dict = {}
-    exec(compile(result.code, "<translation>", "exec"), namespace)  # noqa: S102
-    return namespace["y"]
 
 
 def _as_jax(value):

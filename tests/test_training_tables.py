@@ -28,15 +28,13 @@ import numpy as np
 import pytest
 
 import tensorflow as tf  # noqa: E402  (imported once for the session)
-import keras
 
 import jax.numpy as jnp
 import optax
 
-from tern.translate import translate_source
+from translated_objects import keras_object, translated_object
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "rules" / "api" / "cases" / "optimizers.toml"
-HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
 SHAPES = ((3, 4), (5,), (2, 3, 2), ())
 SCALES = np.array([1.0, 1e-3, 1e-5, 1e-7, 0.0], np.float32)  # for the (5,) leaf
 STEPS = 5
@@ -89,23 +87,6 @@ def optax_trajectory(tx, grads) -> list[list[np.ndarray]]:
         params = optax.apply_updates(params, updates)
         out.append([np.asarray(p) for p in params])
     return out
-
-
-def keras_object(before: str, prelude: str = ""):
-    namespace = {"tf": tf, "keras": keras, "np": np}
-    if prelude:
-        exec(prelude, namespace)  # noqa: S102 - test code written in this repo
-    return eval(before, namespace)  # noqa: S307
-
-
-def translated_object(before: str, prelude: str = ""):
-    """The value of ``y`` in tern's translation of ``prelude`` + ``y = before``, executed."""
-    prelude = prelude + "\n" if prelude and not prelude.endswith("\n") else prelude
-    result = translate_source(HEADER + prelude + f"y = {before}\n")
-    assert not result.todos, f"the translation left TODOs:\n{result.code}"
-    namespace: dict = {}
-    exec(compile(result.code, "<translation>", "exec"), namespace)  # noqa: S102
-    return namespace["y"]
 
 
 def compare(keras_steps, jax_steps) -> None:

@@ -1,0 +1,29 @@
+"""Build one object both ways for the numeric table tests: with Keras from the source
+expression, and by executing tern's translation of the same expression."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tern.translate import translate_source
+
+HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
+
+
+def keras_object(before: str, prelude: str = ""):
+    namespace = {"tf": tf, "keras": keras, "np": np}
+    if prelude:
+        exec(prelude, namespace)  # noqa: S102 - test code written in this repo
+    return eval(before, namespace)  # noqa: S307
+
+
+def translated_object(before: str, prelude: str = ""):
+    """The value of ``y`` in tern's translation of ``prelude`` + ``y = before``, executed."""
+    prelude = prelude + "\n" if prelude and not prelude.endswith("\n") else prelude
+    result = translate_source(HEADER + prelude + f"y = {before}\n")
+    assert not result.todos, f"the translation left TODOs:\n{result.code}"
+    namespace: dict = {}
+    exec(compile(result.code, "<translation>", "exec"), namespace)  # noqa: S102
+    return namespace["y"]
