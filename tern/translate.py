@@ -382,7 +382,7 @@ class Translator(cst.CSTTransformer):
                 if short in covered or name in self.consumed:
                     continue
                 covered.add(short)
-                ctx.todo(short, _no_rule_reason(name))
+                ctx.todo(short, _no_rule_reason(name, ctx.tables))
         if not ctx.pending:
             return node
         if not isinstance(node, _STATEMENTS):
@@ -446,7 +446,11 @@ def _short_name(name: str) -> str:
     return name
 
 
-def _no_rule_reason(name: str) -> str:
+def _no_rule_reason(name: str, tables: Tables) -> str:
+    record = tables.api.get(name)
+    if record is not None and not record.todo and (record.template is not None or record.signature.params):
+        # a call is translated, but its arguments are reshaped: a bare reference cannot be
+        return "translated where it is called, not passed uncalled (its arguments are remapped): call it, e.g. in a lambda"
     return "no rule translates this symbol yet"
 
 
