@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tern.train_steps import TrainSig, analyse
+
 KERAS_BASES = {"Layer", "Model"}
 
 
@@ -40,6 +42,12 @@ class PackageInfo:
     model_builders: set[str] = field(default_factory=set)
     #: class or function name -> names it calls (layer classes, package classes, helpers)
     calls: dict[str, set[str]] = field(default_factory=dict)
+    #: training steps and the functions that pass their state along (``tern/train_steps.py``)
+    train: dict[str, TrainSig] = field(default_factory=dict)
+    #: function name -> why its training step (or its state passing) is not translated
+    train_refusals: dict[str, str] = field(default_factory=dict)
+    #: top-level functions of non-test modules, analysed for training once all are seen
+    functions: list[ast.FunctionDef] = field(default_factory=list, repr=False)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -132,6 +140,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.calls[node.name] = {
                 _base_tail(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)
             } - {""}
+        if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
+            info.functions.append(node)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
             info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))
@@ -141,8 +151,15 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.training_helpers.add(node.name)
 
 
+def _is_test_module(module: str) -> bool:
+    base = module.rsplit(".", 1)[-1]
+    return base.startswith("test_") or base.endswith("_test") or base == "conftest"
+
+
 def close_over_bases(info: PackageInfo) -> PackageInfo:
-    """Keep only classes that are Keras layers/models, directly or through package bases."""
+    """Keep only classes that are Keras layers/models, directly or through package bases;
+    decide which functions are training steps now that every module was seen."""
+    info.train, info.train_refusals = analyse(info.functions)
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
     changed = True
     while changed:

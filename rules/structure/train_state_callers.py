@@ -1,0 +1,165 @@
+"""Package functions around a translated step pass the train state along.
+
+A *threader* (``tern/train_steps.py``) took the model and optimizer and handed them to a
+step; it now takes ``state`` where the model was, rebinds it from every training call
+(``state, loss = train_step(state, ...)``; a call nested in an expression is hoisted into
+the statement before it) and returns ``(state, what it returned)``. A *reader* took a
+model to call it for inference; it takes the state and calls ``state.predict(...)``.
+``optimizer.build(model.trainable_variables)`` goes: optax state is created with the
+train state. A training call from any other package function cannot be rewritten
+safely and gets a TODO saying why.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.rule import Rule
+from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
+
+
+class _Rename(cst.CSTTransformer):
+    """Every reference to ``old`` becomes ``state`` (attribute names and keywords untouched)."""
+
+    def __init__(self, old: str):
+        self.old = old
+        self.skip: set[int] = set()
+
+    def visit_Attribute(self, node):
+        self.skip.add(id(node.attr))
+
+    def visit_Arg(self, node):
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def visit_FunctionDef(self, node):
+        return False
+
+    def visit_Lambda(self, node):
+        return False
+
+    def leave_Name(self, original, updated):
+        if original.value == self.old and id(original) not in self.skip:
+            return updated.with_changes(value="state")
+        return updated
+
+
+def _drop_arg(call: cst.Call, sig) -> cst.Call:
+    """The call without its optimizer argument (positional or keyword)."""
+    index = sig.params.index(sig.optimizer)
+    args, positional = [], 0
+    for arg in call.args:
+        if arg.keyword is None and arg.star == "":
+            positional += 1
+            if positional - 1 == index:
+                continue
+        elif arg.keyword is not None and arg.keyword.value == sig.optimizer:
+            continue
+        args.append(arg)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
+class _Thread(cst.CSTTransformer):
+    """Training calls rebind ``state``; readers' model calls become ``state.predict``."""
+
+    def __init__(self, package, reader: bool):
+        self.sigs = package.train
+        self.reader = reader
+        self.hoisted: list[list[cst.BaseSmallStatement]] = [[]]
+        self.counts: dict[str, int] = {}
+
+    def visit_FunctionDef(self, node):
+        return False
+
+    def leave_Call(self, original, updated):
+        if self.reader and m.matches(updated.func, m.Name("state")):
+            return updated.with_changes(func=cst.parse_expression("state.predict"))
+        sig = self.sigs.get(updated.func.value) if isinstance(updated.func, cst.Name) else None
+        if sig is None or not sig.updates:
+            return updated
+        call = _drop_arg(updated, sig)
+        name = f"{updated.func.value}_result"
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if self.counts[name] > 1:
+            name += f"_{self.counts[name]}"
+        self.hoisted[-1].append((name, call))
+        return cst.Name(name)
+
+    def visit_SimpleStatementLine(self, node):
+        self.hoisted.append([])
+
+    def leave_SimpleStatementLine(self, original, updated):
+        hoisted = self.hoisted.pop()
+        if not hoisted:
+            return updated
+        lines = []
+        small = updated.body[0] if len(updated.body) == 1 else None
+        last_name, last_call = hoisted[-1]
+        direct = None
+        if m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Name(last_name))):
+            direct = small.targets[0].target
+        elif m.matches(small, m.Expr(value=m.Name(last_name))):
+            direct = cst.Name("_")
+        for i, (name, call) in enumerate(hoisted):
+            target = direct if (direct is not None and i == len(hoisted) - 1) else cst.Name(name)
+            assign = cst.Assign(
+                targets=[cst.AssignTarget(cst.Tuple([cst.Element(cst.Name("state")), cst.Element(target)], lpar=[], rpar=[]))],
+                value=call)
+            lines.append(cst.SimpleStatementLine([assign], leading_lines=updated.leading_lines if i == 0 else []))
+        if direct is None:
+            lines.append(updated.with_changes(leading_lines=[]))
+        return cst.FlattenSentinel(lines)
+
+    def leave_Return(self, original, updated):
+        if self.reader:
+            return updated
+        return updated.with_changes(value=state_and(updated.value), whitespace_after_return=cst.SimpleWhitespace(" "))
+
+
+def _is_build(stmt, sig) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+        func=m.Attribute(value=m.Name(sig.optimizer), attr=m.Name("build")),
+        args=[m.Arg(value=m.Attribute(value=m.Name(sig.model)))]))]))
+
+
+class TrainStateCallersRule(Rule):
+    id = "structure:train-state-callers"
+    scope = "models"
+    order = 46
+
+    def visit_function(self, ctx, node):
+        sig = ctx.package.train.get(node.name.value)
+        if sig is not None and sig.kind != "step" and len(ctx.frames) == 1 and not ctx.frame.in_module_method:
+            ctx.frame.tags.add("train_state")
+
+    def leave_call(self, ctx, original, updated):
+        if not isinstance(original.func, cst.Name) or original.func.value not in ctx.package.train:
+            return None
+        frame = ctx.frames[0] if ctx.frames else None
+        if frame is not None and frame.tags & {"train_state", "train_step"}:
+            return None
+        sig = ctx.package.train[original.func.value]
+        why = ctx.package.train_refusals.get(frame.name) if frame is not None else None
+        what = "takes a train state and returns (state, result)" if sig.updates else "takes a train state"
+        ctx.todo(f"{original.func.value}(...)", f"translated to a pure function that {what}; this caller is not "
+                 f"rewritten: {why or 'the model and optimizer are not its parameters'}")
+        return None
+
+    def leave_function(self, ctx, original, updated):
+        if "train_state" not in ctx.frame.tags:
+            return None
+        sig = ctx.package.train[original.name.value]
+        body = [s for s in updated.body.body if not (sig.updates and _is_build(s, sig))]
+        block = updated.body.with_changes(body=body).visit(_Rename(sig.model))
+        block = block.visit(_Thread(ctx.package, reader=not sig.updates))
+        if sig.updates and not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
+            block = block.with_changes(body=[*block.body, cst.parse_statement("return state, None\n")])
+        params = replace_params(updated.params, sig.model, sig.optimizer)
+        out = updated.with_changes(params=params, body=block)
+        return out.with_changes(decorators=step_decorator(ctx, original, out, static_params(params, out.body)))
+
+
+RULE = TrainStateCallersRule()

@@ -1,0 +1,54 @@
+"""What a Keras model and its optimizer hold between steps, as one pytree for pure JAX steps.
+
+A Keras training step mutates the model's variables and the optimizer's slots in place;
+a translated step takes this state and returns the next one. It is flax's ``TrainState``
+(``step``, ``params``, the optax ``tx`` and its ``opt_state``; ``step`` is Keras'
+``optimizer.iterations``) plus what a Keras model holds besides its trainable weights:
+
+- ``model_state``: the Flax collections other than ``params`` (BatchNormalization's moving
+  statistics live in ``batch_stats``), updated by every training forward pass;
+- ``rng``: the key dropout and noise layers draw from. Step ``n`` uses
+  ``fold_in(rng, n)``, so a step is reproducible from the state alone. Keras draws from
+  its global seed generator instead: masks differ between TF and JAX, equal rates.
+
+Translations insert this definition into the output file; the imports are not copied.
+"""
+
+import flax.struct
+import flax.training.train_state
+import jax
+
+
+class KerasTrainState(flax.training.train_state.TrainState):
+    """flax's TrainState plus the model's non-trainable collections and its dropout key."""
+
+    model_state: dict = flax.struct.field(default_factory=dict)
+    rng: jax.Array = None
+
+    @classmethod
+    def from_variables(cls, apply_fn, variables, tx, seed=0):
+        """The state of a model whose variables are ``variables`` (all collections), before any step."""
+        variables = dict(variables)
+        params = variables.pop("params", {})
+        return cls.create(apply_fn=apply_fn, params=params, tx=tx, model_state=variables, rng=jax.random.key(seed))
+
+    def variables(self, params=None):
+        """All collections, with ``params`` in place of the state's own (to differentiate them)."""
+        return {"params": self.params if params is None else params, **self.model_state}
+
+    def apply_model(self, params, *args, **kwargs):
+        """The model's output and its updated collections, as a training forward pass returns them.
+
+        Dropout and noise layers draw from this step's key; the collections Keras updates in
+        place (moving statistics) come back as the second value, for ``apply_gradients``.
+        """
+        key = jax.random.fold_in(self.rng, self.step)
+        rngs = {name: jax.random.fold_in(key, i) for i, name in enumerate(("dropout", "noise"))}
+        if not self.model_state:
+            return self.apply_fn(self.variables(params), *args, rngs=rngs, **kwargs), self.model_state
+        out, updates = self.apply_fn(self.variables(params), *args, rngs=rngs, mutable=list(self.model_state), **kwargs)
+        return out, {**self.model_state, **updates}
+
+    def predict(self, *args, **kwargs):
+        """The model's output with the current variables, nothing updated (Keras' inference call)."""
+        return self.apply_fn(self.variables(), *args, **kwargs)

@@ -1,0 +1,362 @@
+"""Which package functions are training steps, and which pass a model's state along.
+
+A Keras training step mutates a model and an optimizer; its JAX translation is pure: it
+takes a train state where the model was, drops the optimizer (it lives in the state) and
+returns ``(state, what it returned)``. Every caller must then pass the state and rebind
+it, so the decision is package-wide and made once, here, on Python's ``ast``:
+
+- a **step** is a top-level function with one ``tf.GradientTape()`` block, one
+  ``grads = tape.gradient(loss, M.trainable_variables)`` and one
+  ``O.apply_gradients(zip(grads, M.trainable_variables))``, M and O parameters;
+- a **threader** passes two of its parameters as a step's (or threader's) model and
+  optimizer, and uses them for nothing else (``O.build(M.trainable_variables)`` aside):
+  it threads the state the same way;
+- a **reader** only calls a parameter the way Keras calls a model for inference
+  (``model(x, training=False)``) or passes it on as a reader's model: it takes the state
+  and reads the variables.
+
+A function that looks like a step but is not one of these shapes gets a refusal: the
+reason its TODO gives. The rewrites live in ``rules/structure/gradient_tape_step.py``,
+``rules/structure/train_state_callers.py`` and ``rules/testing/train_state_calls.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+#: names the rewritten functions introduce; a function already using one is left alone
+INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
+TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
+
+
+@dataclass(frozen=True)
+class TrainSig:
+    """How a translated training function is called: state in ``model``'s place, ``optimizer`` dropped."""
+
+    kind: str  # "step", "threader" or "reader"
+    params: tuple[str, ...]
+    model: str
+    optimizer: str | None = None
+
+    @property
+    def updates(self) -> bool:
+        return self.kind != "reader"
+
+
+def _tail(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _is_tape(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and _tail(node.func) == "GradientTape"
+
+
+def _own_nodes(fn: ast.FunctionDef):
+    """Every node of ``fn`` except those of nested functions and lambdas."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _positional(fn: ast.FunctionDef) -> tuple[str, ...] | None:
+    if fn.args.vararg or fn.args.kwarg or fn.args.posonlyargs:
+        return None
+    return tuple(a.arg for a in fn.args.args)
+
+
+def _names(nodes) -> set[str]:
+    return {n.id for n in nodes if isinstance(n, ast.Name)}
+
+
+def _trainable_of(node: ast.expr, model: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in TRAINABLE and _tail(node.value) == model and isinstance(node.value, ast.Name)
+
+
+def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
+    """``(signature, None)`` for a step tern translates, ``(None, reason)`` for one it cannot,
+    ``(None, None)`` for a function that is not a training step at all."""
+    own = list(_own_nodes(fn))
+    tapes = [n for n in own if isinstance(n, ast.With) and any(_is_tape(i.context_expr) for i in n.items)]
+    applies = [n for n in own if isinstance(n, ast.Call) and _tail(n.func) == "apply_gradients"]
+    if not tapes or not applies:
+        return None, None
+    if len(applies) > 1:
+        return None, ("several optimizers in one step (e.g. GAN generator and critic): needs one train state per "
+                      "optimizer; not translated yet")
+    if len(tapes) > 1 or any(_is_tape(n) for t in tapes for s in t.body for n in ast.walk(s)):
+        return None, ("nested or several tf.GradientTape blocks (e.g. a gradient penalty): not translated yet; "
+                      "differentiate an inner function with jax.grad inside the loss function")
+    params = _positional(fn)
+    if params is None:
+        return None, "the step takes *args, **kwargs or positional-only parameters"
+    tape = tapes[0]
+    if tape not in fn.body:
+        return None, "the tape is inside a loop, branch or other block"
+    if len(tape.items) != 1 or not isinstance(tape.items[0].optional_vars, ast.Name):
+        return None, "the tape is not the only item of its `with` or is not bound with `as`"
+    call = tape.items[0].context_expr
+    if call.args or call.keywords:
+        return None, ("tf.GradientTape(persistent=..., watch_accessed_variables=...): a tape used more than once or "
+                      "watching only some variables: not translated yet")
+    tape_name = tape.items[0].optional_vars.id
+    uses = [n for n in own if isinstance(n, ast.Attribute) and _tail(n.value) == tape_name and isinstance(n.value, ast.Name)]
+    if any(u.attr != "gradient" for u in uses):
+        other = next(u.attr for u in uses if u.attr != "gradient")
+        return None, (f"tape.{other}: gradients with respect to watched tensors (inputs) are not translated yet; "
+                      "jax.grad of a function of those inputs gives them")
+    after = fn.body[fn.body.index(tape) + 1:]
+    grad_at = [i for i, s in enumerate(after) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+               and isinstance(s.value.func, ast.Attribute) and s.value.func.attr == "gradient"
+               and _tail(s.value.func.value) == tape_name]
+    if len(grad_at) != 1 or len(uses) != 1:
+        return None, "tape.gradient must be called once, as `grads = tape.gradient(loss, model.trainable_variables)`"
+    grad_stmt = after[grad_at[0]]
+    gcall = grad_stmt.value
+    if not (len(grad_stmt.targets) == 1 and isinstance(grad_stmt.targets[0], ast.Name) and len(gcall.args) == 2
+            and not gcall.keywords and isinstance(gcall.args[0], ast.Name) and isinstance(gcall.args[1], ast.Attribute)
+            and gcall.args[1].attr in TRAINABLE and isinstance(gcall.args[1].value, ast.Name)):
+        return None, ("tape.gradient of something other than one loss with respect to `model.trainable_variables` "
+                      "(e.g. a list of variables or several targets): not translated yet")
+    loss, model, grads = gcall.args[0].id, gcall.args[1].value.id, grad_stmt.targets[0].id
+    apply = applies[0]
+    apply_at = [i for i, s in enumerate(after) if isinstance(s, ast.Expr) and s.value is apply]
+    if (len(apply_at) != 1 or apply_at[0] < grad_at[0] or not isinstance(apply.func.value, ast.Name)
+            or len(apply.args) != 1 or apply.keywords):
+        return None, "optimizer.apply_gradients must be a statement of its own after tape.gradient"
+    optimizer = apply.func.value.id
+    pairs = apply.args[0]
+    if not (isinstance(pairs, ast.Call) and _tail(pairs.func) == "zip" and len(pairs.args) == 2
+            and isinstance(pairs.args[0], ast.Name) and _trainable_of(pairs.args[1], model)):
+        return None, "apply_gradients takes something other than zip(grads, model.trainable_variables)"
+    if model not in params or optimizer not in params or model == optimizer:
+        return None, ("the model and the optimizer are not both parameters of the step (a step over objects it "
+                      "creates or reads from globals is not translated yet)")
+    current = grads
+    for stmt in after[grad_at[0] + 1:apply_at[0]]:
+        if current not in _names(ast.walk(stmt)):
+            continue
+        if _is_global_norm_clip(stmt, current):
+            current = stmt.targets[0].elts[0].id
+            continue
+        return None, (f"the gradients are changed between tape.gradient and apply_gradients (`{_short(stmt)}`); "
+                      "in JAX they are a pytree shaped like the params, not a list: not translated yet")
+    if pairs.args[0].id != current:
+        return None, "apply_gradients applies other gradients than tape.gradient computed"
+    reason = _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply)
+    if reason:
+        return None, reason
+    stored = {n.id for s in tape.body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if loss not in stored:
+        return None, f"the loss `{loss}` is not computed inside the tape"
+    before = {n.id for s in fn.body[:fn.body.index(tape)] for n in ast.walk(s)
+              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    clash = sorted(stored & (before | set(params)))
+    if clash:
+        return None, f"`{clash[0]}` is rebound inside the tape; rename it there first"
+    taken = sorted(INTRODUCED & {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | (INTRODUCED & set(params)))
+    if taken:
+        return None, f"the step already uses the name `{taken[0]}`, which its translation needs"
+    returns = [n for n in own if isinstance(n, ast.Return)]
+    if any(r not in fn.body for r in returns) or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
+        return None, "the step returns from inside a block (or yields)"
+    return TrainSig("step", params, model, optimizer), None
+
+
+def _short(node: ast.AST) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_global_norm_clip(stmt: ast.stmt, grads: str) -> bool:
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
+            and len(stmt.targets[0].elts) == 2 and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)
+            and isinstance(stmt.value, ast.Call) and _tail(stmt.value.func) == "clip_by_global_norm"
+            and stmt.value.args and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id == grads)
+
+
+def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> str | None:
+    allowed = {id(grad_stmt.value.args[1]), id(apply.args[0].args[1]), id(apply.func)}
+    model_calls = 0
+    in_tape = {id(n) for s in tape.body for n in ast.walk(s)}
+    for node in _own_nodes(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _tail(node.value.func) == model \
+                and isinstance(node.value.func, ast.Name) and id(node) in in_tape:
+            if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+                return "the model's output is unpacked; assign it to one name inside the tape"
+            model_calls += 1
+            allowed.add(id(node.value.func))
+    for node in _own_nodes(fn):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (model, optimizer) \
+                and id(node) not in allowed:
+            what = "Keras collects regularization losses there; add the terms to the loss explicitly" \
+                if node.attr == "losses" else "no counterpart in a pure step yet"
+            return f"`{node.value.id}.{node.attr}` inside the step: {what}"
+        if isinstance(node, ast.Name) and node.id in (model, optimizer) and isinstance(node.ctx, ast.Load):
+            if not _is_allowed_name(node, allowed, fn):
+                if node.id == model and id(node) in in_tape and any(
+                        isinstance(c, ast.Call) and c.func is node for c in ast.walk(fn)):
+                    return (f"the model is called inside an expression; assign its output to a name first "
+                            f"(`outputs = {model}(...)`), then use it")
+                return f"`{node.id}` is used other than by calling the model inside the tape"
+    if model_calls == 0:
+        return "the model is not called inside the tape"
+    if model_calls > 1:
+        return "the model is called more than once inside the tape: not translated yet"
+    return None
+
+
+def _is_allowed_name(name: ast.Name, allowed: set[int], fn) -> bool:
+    for node in _own_nodes(fn):
+        if id(node) in allowed:
+            if node is name or (isinstance(node, ast.Attribute) and node.value is name):
+                return True
+    return False
+
+
+# -- threaders and readers --------------------------------------------------------
+
+
+def _arg_at(call: ast.Call, sig: TrainSig, param: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    index = sig.params.index(param)
+    if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+        return call.args[index]
+    return None
+
+
+def _passing_calls(fn, sigs: dict[str, TrainSig]):
+    for node in _own_nodes(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in sigs:
+            yield node, sigs[node.func.id]
+
+
+def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:
+    params = _positional(fn)
+    pairs = set()
+    for call, sig in _passing_calls(fn, sigs):
+        if not sig.updates:
+            continue
+        m_arg, o_arg = _arg_at(call, sig, sig.model), _arg_at(call, sig, sig.optimizer)
+        if not (isinstance(m_arg, ast.Name) and isinstance(o_arg, ast.Name)):
+            return None, f"`{sig_name(call)}` gets a model or optimizer that is not a plain name"
+        pairs.add((m_arg.id, o_arg.id))
+    if not pairs:
+        return None, None
+    if params is None or len(pairs) != 1:
+        return None, "several models/optimizers, or *args/**kwargs, around the training calls"
+    model, optimizer = next(iter(pairs))
+    if model not in params or optimizer not in params:
+        return None, ("the model or optimizer is created here, not passed in: building its train state is not "
+                      "translated yet")
+    allowed: set[int] = set()
+    for call, sig in _passing_calls(fn, sigs):
+        for param in (sig.model, sig.optimizer):
+            if param is not None:
+                arg = _arg_at(call, sig, param)
+                if arg is not None:
+                    allowed.add(id(arg))
+    for node in _own_nodes(fn):
+        if _is_build(node, model, optimizer):
+            allowed.update({id(node.value.func.value), id(node.value.args[0].value)})
+    for node in _own_nodes(fn):
+        if isinstance(node, ast.Name) and node.id in (model, optimizer) and id(node) not in allowed:
+            return None, f"`{node.id}` is used for more than the training calls: not translated yet"
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)):
+            inner = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
+            if any(id(call.func) in inner for call, sig in _passing_calls(fn, sigs) if sig.updates):
+                return None, "a training call inside a comprehension or lambda cannot pass the state on; write a loop"
+        if isinstance(node, (ast.IfExp, ast.BoolOp)):
+            inner = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
+            if any(id(call.func) in inner for call, sig in _passing_calls(fn, sigs) if sig.updates):
+                return None, "a training call inside a conditional expression; make it a statement"
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    if "state" in names or "state" in params or any(f"{sig_name(c)}_result" in names for c, _ in _passing_calls(fn, sigs)):
+        return None, "the function already uses the name `state`, which its translation needs"
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
+        return None, "a generator"
+    return TrainSig("threader", params, model, optimizer), None
+
+
+def _is_build(node, model: str, optimizer: str) -> bool:
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr == "build" and _tail(node.value.func.value) == optimizer
+            and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1
+            and _trainable_of(node.value.args[0], model))
+
+
+def sig_name(call: ast.Call) -> str:
+    return _tail(call.func)
+
+
+def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
+    params = _positional(fn)
+    if params is None:
+        return None
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    if "state" in names or "state" in params:
+        return None
+    for param in params:
+        uses = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == param]
+        if not uses:
+            continue
+        ok, evidence = True, False
+        calls = {id(n.func): n for n in _own_nodes(fn) if isinstance(n, ast.Call)}
+        passed = {}
+        for call, sig in _passing_calls(fn, sigs):
+            arg = _arg_at(call, sig, sig.model)
+            if arg is not None and not sig.updates:
+                passed[id(arg)] = call
+        for use in uses:
+            if id(use) in passed:
+                evidence = True
+            elif id(use) in calls:
+                call = calls[id(use)]
+                training = [k for k in call.keywords if k.arg == "training"]
+                if training and not (isinstance(training[0].value, ast.Constant) and training[0].value.value is False):
+                    ok = False
+                evidence = evidence or bool(training)
+            else:
+                ok = False
+        if ok and evidence:
+            return TrainSig("reader", params, param)
+    return None
+
+
+def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict[str, str]]:
+    """Signatures of the package's training functions, and refusals by function name."""
+    sigs: dict[str, TrainSig] = {}
+    refusals: dict[str, str] = {}
+    for fn in functions:
+        sig, reason = step_refusal(fn)
+        if sig is not None:
+            sigs[fn.name] = sig
+        elif reason:
+            refusals[fn.name] = reason
+    changed = True
+    while changed:
+        changed = False
+        for fn in functions:
+            if fn.name in sigs or fn.name in refusals:
+                continue
+            reader = _reader(fn, sigs)
+            if reader is not None:
+                sigs[fn.name] = reader
+                changed = True
+                continue
+            sig, reason = _threader(fn, sigs)
+            if sig is not None:
+                sigs[fn.name] = sig
+                changed = True
+            elif reason:
+                refusals[fn.name] = reason
+    return sigs, refusals
