@@ -14,6 +14,9 @@ a translated step takes this state and returns the next one. It is flax's ``Trai
 Translations insert this definition into the output file; the imports are not copied.
 """
 
+import inspect
+
+import flax.linen
 import flax.struct
 import flax.training.train_state
 import jax
@@ -42,6 +45,7 @@ class KerasTrainState(flax.training.train_state.TrainState):
         Dropout and noise layers draw from this step's key; the collections Keras updates in
         place (moving statistics) come back as the second value, for ``apply_gradients``.
         """
+        kwargs = self.keras_call_kwargs(kwargs)
         key = jax.random.fold_in(self.rng, self.step)
         rngs = {name: jax.random.fold_in(key, i) for i, name in enumerate(("dropout", "noise"))}
         if not self.model_state:
@@ -51,4 +55,21 @@ class KerasTrainState(flax.training.train_state.TrainState):
 
     def predict(self, *args, **kwargs):
         """The model's output with the current variables, nothing updated (Keras' inference call)."""
-        return self.apply_fn(self.variables(), *args, **kwargs)
+        return self.apply_fn(self.variables(), *args, **self.keras_call_kwargs(kwargs))
+
+    def keras_call_kwargs(self, kwargs):
+        """``kwargs`` without ``training`` if the model's call takes no such argument.
+
+        Keras passes ``training`` to every model; a Flax module without it (an
+        ``nn.Sequential`` of layers with no dropout or normalization) computes the same in
+        both modes, so dropping it is exact.
+        """
+        module = getattr(self.apply_fn, "__self__", None)
+        while isinstance(module, flax.linen.Sequential) and module.layers:
+            module = module.layers[0]  # nn.Sequential hands its arguments to the first layer
+        if "training" not in kwargs or module is None or not callable(module):
+            return kwargs
+        params = inspect.signature(type(module).__call__).parameters
+        if "training" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k != "training"}

@@ -25,6 +25,7 @@ from tern.translate import insert_after_imports
 RUNTIME = '''
 
 _TERN_VARIABLES = {}
+_TERN_ORDER = {}
 _TERN_KEYS = [0]
 
 
@@ -35,11 +36,30 @@ def _tern_rngs():
     return {name: jax.random.fold_in(key, i) for i, name in enumerate(("params", "dropout", "noise"))}
 
 
+def _tern_init(module, *args, **kwargs):
+    """Build a module as Keras builds a layer; remember its variables' creation order (Keras' weight order)."""
+    variables = module.init(_tern_rngs(), *args, **kwargs)
+    _TERN_VARIABLES[id(module)] = (module, variables)
+    layers = {}
+
+    def walk(path, node):
+        for key, value in node.items():
+            if hasattr(value, "items"):
+                walk((*path, key), value)
+            else:
+                layers.setdefault(path[1:], []).append((*path, key))
+
+    for collection, tree in variables.items():
+        walk((collection,), tree)
+    _TERN_ORDER[id(module)] = [p for paths in layers.values() for p in paths]
+    return variables
+
+
 def _tern_apply(module, *args, method=None, **kwargs):
     """Call a Flax module as Keras calls a layer: build on first use, keep state updates."""
     entry = _TERN_VARIABLES.get(id(module))
     if entry is None:
-        entry = (module, module.init(_tern_rngs(), *args, method=method, **kwargs))
+        entry = (module, _tern_init(module, *args, method=method, **kwargs))
     out, updates = module.apply(entry[1], *args, method=method, rngs=_tern_rngs(), mutable=True, **kwargs)
     _TERN_VARIABLES[id(module)] = (module, {**entry[1], **updates})
     return out
@@ -54,13 +74,37 @@ def _tern_variables(module, collection=None):
             shape, dtype = spec
             return jnp.zeros((1, *[1 if d is None else d for d in shape]), dtype)
         args = [[example(s) for s in specs]] if isinstance(specs, list) else [example(specs)]
-        _TERN_VARIABLES[id(module)] = (module, module.init(_tern_rngs(), *args))
+        _tern_init(module, *args)
     variables = _TERN_VARIABLES[id(module)][1]
     return variables if collection is None else variables.get(collection, {})
 
 
 def _tern_leaves(module, collection=None):
     return jax.tree_util.tree_leaves(_tern_variables(module, collection))
+'''
+
+BUILT = '''
+
+def _tern_built(module, spec):
+    """A Keras model declared with ``keras.Input`` is built at construction: build it now."""
+    shape, dtype = spec
+    _tern_init(module, jnp.zeros((1, *[1 if d is None else d for d in shape]), dtype))
+    return module
+'''
+
+KERAS_WEIGHTS = '''
+
+def _tern_keras_weights(module):
+    """``model.get_weights()``: NumPy arrays in Keras' order (layer by layer as created,
+    trainable weights before the layer's moving statistics)."""
+    variables = _tern_variables(module)
+    out = []
+    for path in _TERN_ORDER[id(module)]:
+        value = variables
+        for key in path:
+            value = value[key]
+        out.append(np.asarray(value))
+    return out
 '''
 
 LEAVES = {
@@ -104,6 +148,24 @@ def _split_weight_layers(ctx) -> frozenset[str]:
     return frozenset(
         name.rsplit(".", 1)[-1] for name, r in ctx.tables.layers.items() if not r.weights_one_to_one
     )
+
+
+def _layout_layers(ctx) -> frozenset[str]:
+    """Class names of table layers whose Keras variables are not the Flax arrays as they are
+    (split into several, or reshaped/transposed on the way)."""
+    return frozenset(
+        name.rsplit(".", 1)[-1] for name, r in ctx.tables.layers.items()
+        if not r.weights_one_to_one or any(w.transform for w in r.weights)
+    )
+
+
+def _keras_layout_may_differ(ctx, kind) -> bool:
+    layout = _layout_layers(ctx)
+    if isinstance(kind, str) and kind.startswith("layer:"):
+        return kind.rsplit(".", 1)[-1] in layout
+    if isinstance(kind, str):
+        return ctx.package.reaches(kind, layout)
+    return bool(ctx.rule_state.get("layout_layer_seen"))  # an inline Keras Sequential/Model
 
 
 def _counts_may_differ(ctx, kind) -> bool:
@@ -150,6 +212,9 @@ class ModuleCallsRule(Rule):
         return _module_kind(ctx, node)
 
     def leave_call(self, ctx, original, updated):
+        name = ctx.resolve(original.func)
+        if name in ctx.tables.layers and name.rsplit(".", 1)[-1] in _layout_layers(ctx):
+            ctx.rule_state["layout_layer_seen"] = True
         kind = self._instance(ctx, original.func)
         if kind is not None:
             ctx.rule_state["runtime"] = True
@@ -167,6 +232,9 @@ class ModuleCallsRule(Rule):
             if method == "predict":
                 call = cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(new_receiver, comma=_comma()), *updated.args])
                 return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
+            if method == "get_weights" and not updated.args and not _keras_layout_may_differ(ctx, kind):
+                ctx.rule_state["keras_weights"] = True
+                return cst.Call(func=cst.Name("_tern_keras_weights"), args=[cst.Arg(new_receiver)])
             if method in KERAS_ONLY:
                 ctx.todo(f"keras.Model.{method}", "Keras model API with no flax.linen counterpart (training code is translated separately)")
                 return None
@@ -209,8 +277,16 @@ class ModuleCallsRule(Rule):
         ctx.plan.spell("jax.numpy")
         ctx.plan.spell("numpy")
         runtime = list(_runtime())
+        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT)):
+            if ctx.rule_state.get(flag):
+                runtime += _parsed(text)
         runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         return insert_after_imports(updated, runtime)
+
+
+@functools.cache
+def _parsed(text: str) -> tuple[cst.CSTNode, ...]:
+    return tuple(cst.parse_module(text).body)
 
 
 @functools.cache
