@@ -66,6 +66,15 @@ def _own_nodes(fn: ast.FunctionDef):
             todo.extend(ast.iter_child_nodes(node))
 
 
+def _nested_use(fn: ast.FunctionDef, names) -> str | None:
+    """A name of ``names`` read inside a nested function or lambda (a rename would miss it)."""
+    own = {id(n) for n in _own_nodes(fn)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id in names and id(node) not in own:
+            return node.id
+    return None
+
+
 def _positional(fn: ast.FunctionDef) -> tuple[str, ...] | None:
     if fn.args.vararg or fn.args.kwarg or fn.args.posonlyargs:
         return None
@@ -150,6 +159,11 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
                       "in JAX they are a pytree shaped like the params, not a list: not translated yet")
     if pairs.args[0].id != current:
         return None, "apply_gradients applies other gradients than tape.gradient computed"
+    nested = _nested_use(fn, (model, optimizer))
+    if nested:
+        return None, f"`{nested}` is used inside a nested function or lambda of the step"
+    if any(isinstance(n, ast.Name) and n.id in (model, optimizer) and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+        return None, "the step rebinds its model or optimizer parameter"
     reason = _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply)
     if reason:
         return None, reason
@@ -258,6 +272,9 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     if model not in params or optimizer not in params:
         return None, ("the model or optimizer is created here, not passed in: building its train state is not "
                       "translated yet")
+    nested = _nested_use(fn, (model, optimizer))
+    if nested:
+        return None, f"`{nested}` is used inside a nested function or lambda"
     allowed: set[int] = set()
     for call, sig in _passing_calls(fn, sigs):
         for param in (sig.model, sig.optimizer):
@@ -307,7 +324,7 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
         return None
     for param in params:
         uses = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == param]
-        if not uses:
+        if not uses or _nested_use(fn, (param,)):
             continue
         ok, evidence = True, False
         calls = {id(n.func): n for n in _own_nodes(fn) if isinstance(n, ast.Call)}
