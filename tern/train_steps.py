@@ -198,15 +198,15 @@ def _is_global_norm_clip(stmt: ast.stmt, grads: str) -> bool:
 
 def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> str | None:
     allowed = {id(grad_stmt.value.args[1]), id(apply.args[0].args[1]), id(apply.func)}
-    model_calls = 0
-    in_tape = {id(n) for s in tape.body for n in ast.walk(s)}
-    for node in _own_nodes(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _tail(node.value.func) == model \
-                and isinstance(node.value.func, ast.Name) and id(node) in in_tape:
-            if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-                return "the model's output is unpacked; assign it to one name inside the tape"
-            model_calls += 1
-            allowed.add(id(node.value.func))
+    calls = [n for n in _own_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == model]
+    if not calls:
+        return "the model is not called inside the tape"
+    if len(calls) > 1:
+        return "the model is called more than once inside the tape: not translated yet"
+    reason = _hoistable(tape, calls[0], fn, model)
+    if reason:
+        return reason
+    allowed.add(id(calls[0].func))
     for node in _own_nodes(fn):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (model, optimizer) \
                 and id(node) not in allowed:
@@ -215,15 +215,30 @@ def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> s
             return f"`{node.value.id}.{node.attr}` inside the step: {what}"
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and isinstance(node.ctx, ast.Load):
             if not _is_allowed_name(node, allowed, fn):
-                if node.id == model and id(node) in in_tape and any(
-                        isinstance(c, ast.Call) and c.func is node for c in ast.walk(fn)):
-                    return (f"the model is called inside an expression; assign its output to a name first "
-                            f"(`outputs = {model}(...)`), then use it")
                 return f"`{node.id}` is used other than by calling the model inside the tape"
-    if model_calls == 0:
-        return "the model is not called inside the tape"
-    if model_calls > 1:
-        return "the model is called more than once inside the tape: not translated yet"
+    return None
+
+
+def _hoistable(tape: ast.With, call: ast.Call, fn, model: str) -> str | None:
+    """Why the one model call cannot become ``state.apply_model(...)`` in its statement, if it cannot.
+
+    Its statement must be a direct simple statement of the tape; a call nested in an
+    expression is hoisted into ``<model>_outputs`` just before it, which is exact unless
+    the call sits where Python may not evaluate it (lambda, comprehension, ``x if c else y``,
+    ``and``/``or``).
+    """
+    stmt = next((s for s in tape.body if any(n is call for n in ast.walk(s))), None)
+    if stmt is None or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With, ast.Try)):
+        return "the model is called outside the tape or inside a block within it: not translated yet"
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp)) \
+                and any(n is call for n in ast.walk(node)):
+            return "the model is called inside a lambda, comprehension or conditional expression"
+    direct = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+    if direct and not isinstance(stmt.targets[0], ast.Name):
+        return "the model's output is unpacked; assign it to one name inside the tape"
+    if not direct and f"{model}_outputs" in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
+        return f"the step already uses the name `{model}_outputs`, which its translation needs"
     return None
 
 

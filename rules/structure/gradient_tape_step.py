@@ -172,7 +172,7 @@ class GradientTapeStepRule(Rule):
         apply_i = next(i for i, s in enumerate(after) if m.findall(s, m.Attribute(attr=m.Name("apply_gradients"))))
         applied = m.findall(after[apply_i], m.Call(func=m.Name("zip")))[0].args[0].value.value
 
-        inner = [self._model_call(s, sig.model) for s in tape.body.body]
+        inner = [new for s in tape.body.body for new in self._model_call(s, sig.model)]
         used_after = _loads(after)
         aux = sorted((_stores(tape.body) & used_after) - {loss})
         aux_names = ["model_state", *aux]
@@ -197,25 +197,38 @@ class GradientTapeStepRule(Rule):
         return out.with_changes(decorators=step_decorator(ctx, original, out, static_params(params, out.body)))
 
     @staticmethod
-    def _model_call(stmt: cst.BaseStatement, model: str) -> cst.BaseStatement:
-        pattern = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call(func=m.Name(model)))])
-        if not m.matches(stmt, pattern):
-            return stmt
-        assign = stmt.body[0]
-        call = assign.value
-        target = assign.targets[0].target
+    def _model_call(stmt: cst.BaseStatement, model: str) -> list[cst.BaseStatement]:
+        """``y = model(...)`` -> ``y, model_state = state.apply_model(params, ...)``; a call nested
+        in an expression is hoisted into ``<model>_outputs`` (tern/train_steps.py checked it may be)."""
+        calls = m.findall(stmt, m.Call(func=m.Name(model)))
+        if not calls or not isinstance(stmt, cst.SimpleStatementLine):
+            return [stmt]
+        call = calls[0]
         args = [cst.Arg(cst.Name("params"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args]
         value = cst.Call(func=cst.parse_expression("state.apply_model"), args=args)
-        targets = [cst.AssignTarget(cst.Tuple([cst.Element(target), cst.Element(cst.Name("model_state"))], lpar=[], rpar=[]))]
-        return stmt.with_changes(body=[assign.with_changes(targets=targets, value=value)])
+        direct = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call(func=m.Name(model)))])
+        if m.matches(stmt, direct):
+            assign = stmt.body[0]
+            targets = [cst.AssignTarget(cst.Tuple([cst.Element(assign.targets[0].target), cst.Element(cst.Name("model_state"))], lpar=[], rpar=[]))]
+            return [stmt.with_changes(body=[assign.with_changes(targets=targets, value=value)])]
+        name = f"{model}_outputs"
+        hoisted = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Tuple([cst.Element(cst.Name(name)), cst.Element(cst.Name("model_state"))], lpar=[], rpar=[]))], value)],
+            leading_lines=stmt.leading_lines)
+        return [hoisted, stmt.with_changes(leading_lines=[]).visit(_Put(call, cst.Name(name)))]
 
 
 class _Put(cst.CSTTransformer):
-    def __init__(self, name: str, value: cst.BaseExpression):
-        self.name, self.value = name, value
+    """Replace a placeholder name (or one exact node) by ``value``."""
+
+    def __init__(self, target: str | cst.CSTNode, value: cst.BaseExpression):
+        self.target, self.value = target, value
 
     def leave_Name(self, original, updated):
-        return self.value if updated.value == self.name else updated
+        return self.value if isinstance(self.target, str) and updated.value == self.target else updated
+
+    def leave_Call(self, original, updated):
+        return self.value if original is self.target else updated
 
 
 RULE = GradientTapeStepRule()
