@@ -38,6 +38,10 @@ class KerasTrainingApiRule(Rule):
     def leave_call(self, ctx, original, updated):
         func = original.func
         if isinstance(func, cst.Attribute) and func.attr.value in METHODS:
+            if func.attr.value == "apply_gradients" and any(a.keyword and a.keyword.value == "grads" for a in original.args):
+                return None  # flax's TrainState.apply_gradients(grads=...): Keras' takes pairs, positionally
+            if func.attr.value == "add_loss" and ctx.keras_class is not None and cst.ensure_type(func, cst.Attribute).value.deep_equals(cst.Name("self")):
+                return None  # a Keras class's own add_loss: rules/structure/add_loss.py
             self._flag(ctx, func)
         return None
 
