@@ -121,6 +121,16 @@ KERAS_ONLY = {
 }
 
 
+def assigned_pairs(assign: cst.Assign):
+    """(target, value) pairs of ``a = f()`` and of ``a, b = f(), g()`` (same-length tuples)."""
+    for target in assign.targets:
+        t, v = target.target, assign.value
+        if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, (cst.Tuple, cst.List)) and len(t.elements) == len(v.elements):
+            yield from ((te.value, ve.value) for te, ve in zip(t.elements, v.elements))
+        else:
+            yield t, v
+
+
 def _modules(ctx) -> dict[str, object]:
     return ctx.rule_state.setdefault("module_names", {})
 
@@ -196,13 +206,13 @@ class ModuleCallsRule(Rule):
         """Remember names bound to modules (``model = MLP()``, ``self.layer = ...``) as the
         statements go by: later statements, the only ones that can use them, see them."""
         for small in original.body:
-            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
-                kind = _module_kind(ctx, small.value)
-                if kind is not None:
-                    for target in small.targets:
-                        key = _key(target.target)
-                        if key:
-                            _modules(ctx)[key] = kind
+            if not isinstance(small, cst.Assign):
+                continue
+            for target, value in assigned_pairs(small):
+                kind = _module_kind(ctx, value)
+                key = _key(target)
+                if kind is not None and key:
+                    _modules(ctx)[key] = kind
         return None
 
     def _instance(self, ctx, node: cst.BaseExpression):

@@ -22,6 +22,7 @@ import libcst.matchers as m
 
 from tern.rule import Rule
 from tern.translate import insert_after_imports
+from tern_rules.testing.module_calls import assigned_pairs
 
 RUNTIME = '''
 
@@ -55,6 +56,10 @@ def _tern_iterations(optimizer):
 '''
 
 
+OPTIMIZER_API = ("the Keras optimizer is an optax transformation here; its state lives in the train state of a "
+                 "translated step (read with _tern_iterations), and other optimizer API has no counterpart yet")
+
+
 def _optimizers(ctx) -> set[str]:
     return ctx.rule_state.setdefault("optimizer_names", set())
 
@@ -81,12 +86,12 @@ class TrainStateCallsRule(Rule):
 
     def leave_statement(self, ctx, original, updated):
         for small in original.body:
-            if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
-                name = ctx.resolve(small.value.func) or ""
-                if name.startswith("keras.optimizers."):
-                    for target in small.targets:
-                        if isinstance(target.target, cst.Name):
-                            _optimizers(ctx).add(target.target.value)
+            if not isinstance(small, cst.Assign):
+                continue
+            for target, value in assigned_pairs(small):
+                name = (ctx.resolve(value.func) or "") if isinstance(value, cst.Call) else ""
+                if isinstance(target, cst.Name) and name.startswith("keras.optimizers."):
+                    _optimizers(ctx).add(target.value)
         if len(original.body) == 1 and m.matches(original.body[0], m.Expr(value=m.Call(
                 func=m.Attribute(attr=m.Name("build")),
                 args=[m.Arg(value=m.Attribute(attr=m.Name("trainable_variables") | m.Name("trainable_weights")))]))):
@@ -94,6 +99,10 @@ class TrainStateCallsRule(Rule):
         return None
 
     def leave_call(self, ctx, original, updated):
+        func = original.func
+        if m.matches(func, m.Attribute(value=m.Name())) and func.value.value in _optimizers(ctx) and func.attr.value != "build":
+            ctx.todo(f"keras.optimizers.Optimizer.{func.attr.value}", OPTIMIZER_API)
+            return None
         if not isinstance(original.func, cst.Name):
             return None
         sig = ctx.package.train.get(original.func.value)
@@ -121,10 +130,13 @@ class TrainStateCallsRule(Rule):
             cst.Arg(model[1].value, comma=_comma()), cst.Arg(optimizer[1].value, comma=_comma()), cst.Arg(run)])
 
     def leave_attribute(self, ctx, original, updated):
-        if original.attr.value == "iterations" and isinstance(original.value, cst.Name) \
-                and original.value.value in _optimizers(ctx):
+        if not (isinstance(original.value, cst.Name) and original.value.value in _optimizers(ctx)):
+            return None
+        if original.attr.value == "iterations":
             self._need_runtime(ctx)
             return cst.Call(cst.Name("_tern_iterations"), [cst.Arg(updated.value)])
+        if original.attr.value != "build":
+            ctx.todo(f"keras.optimizers.Optimizer.{original.attr.value}", OPTIMIZER_API)
         return None
 
     @staticmethod
