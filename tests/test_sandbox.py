@@ -278,6 +278,37 @@ def test_tf_worker_imports_tensorflow(tmp_path):
     assert anyio.run(scenario).value == {"result": "(True, 6.0)"}
 
 
+def test_jax_tfdata_worker_has_tf_data_and_jax_but_never_keras(tmp_path):
+    """The worker for translations that keep tf.data input pipelines: TensorFlow imports
+    (TF 2.21's eager `keras.src.optimizers` import fails quietly), tf.data runs and feeds a
+    jitted function; `tf.keras`, `import keras` and `import tf_keras` all fail."""
+    snippet = (
+        "import sys, jax, jax.numpy as jnp, tensorflow as tf\n"
+        "ds = tf.data.Dataset.from_tensor_slices(([1., 2., 3.], [0, 1, 0])).shuffle(3, seed=0).batch(2)\n"
+        "ds = ds.map(lambda x, y: (tf.cast(x, tf.float32) * 2, y)).prefetch(tf.data.AUTOTUNE)\n"
+        "total = float(sum(jax.jit(jnp.sum)(x) for x, _ in ds.as_numpy_iterator()))\n"
+        "refused = []\n"
+        "for attempt in ('tf.keras.layers', 'import keras', 'import tf_keras'):\n"
+        "    try:\n"
+        "        exec(attempt)\n"
+        "    except ImportError:\n"
+        "        refused.append(attempt)\n"
+        "loaded = sorted({m.split('.')[0] for m, v in sys.modules.items() if v is not None} & {'keras', 'tf_keras'})\n"
+        "result = (total, refused, loaded)"
+    )
+
+    async def scenario() -> tuple[JobResult, dict]:
+        async with Sandbox(tmp_path, workers=1) as box:
+            result = await box.run(Job("jax_tfdata", "tern.sandbox.tasks:run_code", {"code": snippet}))
+            echo = await box.run(Job("jax_tfdata", "tern.sandbox.tasks:echo", {}))
+            assert set(box.status()["kinds"]) == {"jax_tfdata"}  # neither a TF nor a plain JAX worker started
+            return result, echo.value
+
+    result, echo = anyio.run(scenario)
+    assert result.value == {"result": "(12.0, ['tf.keras.layers', 'import keras', 'import tf_keras'], [])"}, result.error
+    assert echo["kind"] == "jax_tfdata"
+
+
 def test_recycle_and_close(tmp_path):
     async def scenario() -> tuple[list[int], JobResult, list[int]]:
         async with anyio.create_task_group() as tg:

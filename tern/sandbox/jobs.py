@@ -2,7 +2,8 @@
 
 A job names a *task*: a function ``fn(payload: dict, scratch: pathlib.Path) -> dict``
 given as ``"module:function"`` and run inside a warm worker of the right kind ("tf":
-TensorFlow imported once; "jax": jax and flax imported once, TensorFlow unimportable).
+TensorFlow imported once; "jax": jax and flax imported once, TensorFlow unimportable;
+"jax_tfdata": jax and flax, and TensorFlow for tf.data, Keras unimportable).
 Payloads and results are JSON values only (no pickle: a worker runs untrusted code and
 must not be able to run code in the tern process through its answer). Arrays travel
 as ``.npz`` files in ``writable`` directories, loaded with ``allow_pickle=False``.
@@ -17,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["tf", "tf_keras", "jax"]  # tf_keras: TensorFlow with legacy Keras 2 (``[tool.tern] keras``)
+Kind = Literal["tf", "tf_keras", "jax", "jax_tfdata"]  # tf_keras: TensorFlow with legacy Keras 2 (``[tool.tern] keras``)
 
 # How a job ended. "ok": the task returned; "error": the task raised (traceback in
 # ``error``); the rest are ends the pool imposed, after which the worker is replaced.

@@ -26,7 +26,9 @@ from tern.sandbox import isolation, procfs
 from tern.sandbox.handle import StartFailed, WorkerHandle
 from tern.sandbox.jobs import Job, JobResult
 
-KINDS = ("tf", "tf_keras", "jax")  # tf_keras: TensorFlow with legacy Keras 2 as tf.keras
+# tf_keras: TensorFlow with legacy Keras 2 as tf.keras; jax_tfdata: JAX plus TensorFlow for
+# tf.data input pipelines (Keras unimportable), for translations that keep tf.data
+KINDS = ("tf", "tf_keras", "jax", "jax_tfdata")
 _TERN_ROOT = str(Path(__file__).resolve().parents[2])  # the worker runs this same tern
 
 

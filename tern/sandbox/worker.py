@@ -1,7 +1,7 @@
 """A long-lived worker: import TensorFlow (or JAX) once, then run many jobs.
 
-``python -m tern.sandbox.worker --kind tf|jax --scratch-root DIR [--keras keras3|tf_keras]
-[--jax-cache DIR]``
+``python -m tern.sandbox.worker --kind tf|jax|jax_tfdata --scratch-root DIR
+[--keras keras3|tf_keras] [--jax-cache DIR]``
 
 ``import tensorflow`` costs seconds and hundreds of MB while a check's own compute takes
 milliseconds, so the expensive part is done once per worker. Translated and LLM-written
@@ -39,6 +39,10 @@ TASK_PREFIXES = ("tern.",)  # only tern's own task functions; they decide what t
 OUTPUT_TAIL = 8192  # bytes of printed output returned with a result
 OUTPUT_FILE = "output.txt"  # under the scratch root; the pool reads it when it ends a job itself
 BLOCKED_IN_JAX = ("tensorflow", "keras", "tf_keras")
+# jax_tfdata: a translation that keeps tf.data input pipelines (rules/allowed/) needs
+# TensorFlow, never Keras. TF 2.21's `import tensorflow` tries `keras.src.optimizers`
+# eagerly and tolerates an ImportError; `tf.keras` then raises ImportError.
+BLOCKED_IN_JAX_TFDATA = ("keras", "tf_keras")
 _JOB_SIGNALS = (signal.SIGXCPU, signal.SIGALRM, signal.SIGINT, signal.SIGTERM)
 _HEADER = struct.Struct(">I")
 
@@ -85,8 +89,12 @@ def _import_kind(kind: str, keras: str, jax_cache: str) -> None:
             os.environ["TF_USE_LEGACY_KERAS"] = "1"
         import tensorflow  # noqa: F401
         return
-    for name in BLOCKED_IN_JAX:
+    for name in BLOCKED_IN_JAX_TFDATA if kind == "jax_tfdata" else BLOCKED_IN_JAX:
         sys.modules[name] = None  # type: ignore[assignment]  # `import tensorflow` now raises ImportError
+    if kind == "jax_tfdata":
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+        import tensorflow  # noqa: F401  # for tf.data; before JAX, as a translated module imports them
     os.environ.update({
         "JAX_PLATFORMS": "cpu",
         "JAX_DEFAULT_PRNG_IMPL": "rbg",  # threefry compiles for seconds per new shape on CPU
@@ -244,7 +252,7 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tern.sandbox.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", choices=("tf", "jax"), required=True)
+    parser.add_argument("--kind", choices=("tf", "jax", "jax_tfdata"), required=True)
     parser.add_argument("--scratch-root", type=Path, required=True)
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
     parser.add_argument("--jax-cache", default="")
