@@ -263,7 +263,7 @@ def _value(value: Any) -> str:
 def _training(cases: list[dict]) -> str:
     checked = [c for c in cases if c.get("training", "n/a") != "n/a"]
     if not checked:
-        return "n/a (no case's training step is verified yet)"
+        return "n/a (no case's tests call a training step)"
     return f"{sum(c['training'] == 'equivalent' for c in checked)}/{len(checked)} equivalent"
 
 

@@ -77,7 +77,9 @@ class CaseResult:
     max_rel: float | None = None
     #: compared outputs and gradients per decade of their max abs error ("-7": 1e-7 <= e < 1e-6; "zero")
     error_decades: dict[str, int] = field(default_factory=dict)
-    training: str = "n/a"  # training-step equivalence: "n/a" until verification checks training
+    #: training-step equivalence (the verify report's ``training.status``): equivalent, mismatch,
+    #: error, "not compared" (steps called, none comparable), or "n/a" (no test calls a step)
+    training: str = "n/a"
     edits_rules: int = 0
     edits_llm: int = 0
     attempts: int = 0
@@ -166,7 +168,8 @@ def _status(result: CaseResult, translation: Translation, rows: list[dict], veri
     for row in rows:
         by_status.setdefault(row["status"], []).append(row["module"])
     equivalent, errored = by_status.get("equivalent", []), by_status.get("error", [])
-    compared = f"{result.replay_total} replayed calls and {result.tests_total} translated tests compared"
+    compared = f"{result.replay_total} replayed calls and {result.tests_total} translated tests compared" + \
+        (f", training steps {result.training}" if result.training != "n/a" else "")
     if translation.crash:
         return "failed", f"migrate failed: {translation.crash}"
     if verify_error or verify is None:

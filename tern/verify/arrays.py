@@ -57,6 +57,17 @@ def unpack(data: Any, arrays: Any, as_array: Callable[[np.ndarray], Any] = lambd
     return data
 
 
+def shift(data: Any, offset: int) -> Any:
+    """Packed ``data`` with every array placeholder moved by ``offset`` (to merge array lists)."""
+    if isinstance(data, list):
+        return [shift(v, offset) for v in data]
+    if isinstance(data, dict):
+        if "__array__" in data and len(data) == 1:
+            return {"__array__": data["__array__"] + offset}
+        return {k: shift(v, offset) for k, v in data.items()}
+    return data
+
+
 def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
     """``(readable path, array index)`` for every array placeholder, in order."""
     if isinstance(data, list):

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tern.verify.report import PackageReport, problem_lines, to_json
+from tern.verify.step_report import session_lines
 
 STYLES = {"equivalent": "green", "mismatch": "red", "error": "red", "untested": "yellow"}
 
@@ -66,14 +67,16 @@ def find_targets(path: Path, original: Path | None) -> list[Target]:
 
 def table(reports: list[PackageReport]) -> Table:
     grid = Table(title="tern verify")
-    for name, justify in (("module", "left"), ("tests", "right"), ("replay", "right"), ("max abs err", "right"), ("status", "left")):
+    for name, justify in (("module", "left"), ("tests", "right"), ("replay", "right"), ("train", "right"),
+                          ("max abs err", "right"), ("status", "left")):
         grid.add_column(name, justify=justify)
     for report in reports:
         for row in report.rows:
             tests = f"{row.tests_passed}/{row.tests_total}" if row.tests_total else "-"
             replay = f"{row.cases_matched}/{row.cases_total}" if row.cases_total else "-"
+            train = f"{row.train_matched}/{row.train_total}" if row.train_total else "-"
             error = f"{row.max_abs:.2e}" if row.max_abs is not None else "-"
-            grid.add_row(row.module, tests, replay, error, f"[{STYLES[row.status]}]{row.status}[/]" + (" (cached)" if row.cached else ""))
+            grid.add_row(row.module, tests, replay, train, error, f"[{STYLES[row.status]}]{row.status}[/]" + (" (cached)" if row.cached else ""))
     return grid
 
 
@@ -111,6 +114,8 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
 
 def render(reports: list[PackageReport], info: dict, console: Console) -> None:
     console.print(table(reports))
+    for line in [line for report in reports for line in session_lines(report.training)]:
+        console.print(f"  {line}", markup=False, highlight=False)
     for line in problems(reports):
         console.print(f"  {line}", markup=False, highlight=False)
     counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STYLES}

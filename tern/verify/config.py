@@ -14,6 +14,11 @@ memory_mb = 4096              # worker memory per job
 "mypkg.layers" = { rtol = 1e-4, atol = 1e-4 }          # a module
 "mypkg.layers:Attention" = { rtol = 1e-3 }            # or one class / factory
 
+[tool.tern.verify.training]   # training steps the tests call, replayed on the translated step
+steps = 3                     # steps compared per recorded session
+rtol = 1e-5                   # on the loss and on every parameter after each step (float32)
+atol = 1e-6
+
 [[tool.tern.verify.cases]]    # modules with no tests get cases here
 target = "mypkg.layers:Gate"
 kwargs = { units = 8 }
@@ -38,6 +43,9 @@ class VerifyConfig:
     memory_mb: int = 4096
     tolerances: dict[str, dict] = field(default_factory=dict)
     cases: tuple[dict, ...] = ()
+    train_steps: int = 3
+    train_rtol: float = 1e-5
+    train_atol: float = 1e-6
     source: str = ""  # the pyproject.toml it came from, or "" for defaults
 
     def tolerance(self, target: str) -> dict | None:
@@ -47,6 +55,9 @@ class VerifyConfig:
         specific = self.tolerances.get(target) or self.tolerances.get(module) or {}
         merged = {**base, **specific}
         return merged or None
+
+    def train_tolerance(self) -> dict:
+        return {"rtol": self.train_rtol, "atol": self.train_atol}
 
 
 class ConfigError(ValueError):
@@ -73,11 +84,16 @@ def load_config(start: Path) -> VerifyConfig:
     keras = data.get("keras", "keras3")
     if keras not in {"keras3", "tf_keras"}:
         raise ConfigError(f"{path}: [tool.tern] keras must be 'keras3' or 'tf_keras', not {keras!r}")
+    training = verify.get("training", {})
+    steps = training.get("steps", 3)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"{path}: [tool.tern.verify.training] steps must be a positive integer, not {steps!r}")
     for case in verify.get("cases", []):
         if ":" not in str(case.get("target", "")) or not isinstance(case.get("inputs", []), list):
             raise ConfigError(f"{path}: each [[tool.tern.verify.cases]] needs target = 'module:Name' and inputs = [...]")
     return VerifyConfig(
         keras=keras, rtol=verify.get("rtol"), atol=verify.get("atol"),
         timeout=float(verify.get("timeout", 300)), memory_mb=int(verify.get("memory_mb", 4096)),
-        tolerances=dict(verify.get("tolerances", {})), cases=tuple(verify.get("cases", [])), source=str(path),
+        tolerances=dict(verify.get("tolerances", {})), cases=tuple(verify.get("cases", [])), train_steps=steps,
+        train_rtol=float(training.get("rtol", 1e-5)), train_atol=float(training.get("atol", 1e-6)), source=str(path),
     )

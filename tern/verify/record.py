@@ -13,6 +13,8 @@ The recorder re-runs each call itself (under a ``GradientTape``, twice) and rest
 every variable afterwards, so the test sees the state it would have seen without it.
 Two re-runs that differ mark the call *stochastic* (dropout in training, sampling):
 it is counted, not recorded, since no replay could match it.
+
+Training steps the tests call are recorded alongside, by ``step_record.py``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.arrays import Unpackable, pack, shift, write_case
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
+from tern.verify.step_record import StepRecorder
 from tern.weights import variable_path
 
 COTANGENT_SEED = 1234
@@ -193,10 +196,10 @@ class Recorder:
         input_grads = pack(case["input_grads"], all_arrays)
         offset = len(all_arrays)
         all_arrays.extend(unit_arrays)
-        units = _shift(units_meta, offset)
+        units = shift(units_meta, offset)
         offset = len(all_arrays)
         all_arrays.extend(gunit_arrays)
-        grad_units = _shift(gunits_meta, offset)
+        grad_units = shift(gunits_meta, offset)
         ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
         meta = {"id": ident, "target": target, "origin": origin, "inputs": inputs, "outputs": outputs,
                 "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
@@ -290,16 +293,6 @@ def _pack_units(layer: Any, value_of: Any) -> tuple[list[dict], list[np.ndarray]
     return [{**u, "tree": pack(u["tree"], arrays)} for u in units], arrays
 
 
-def _shift(data: Any, offset: int) -> Any:
-    if isinstance(data, list):
-        return [_shift(v, offset) for v in data]
-    if isinstance(data, dict):
-        if "__array__" in data and len(data) == 1:
-            return {"__array__": data["__array__"] + offset}
-        return {k: _shift(v, offset) for k, v in data.items()}
-    return data
-
-
 def package_modules(root: Path, package: str) -> list[str]:
     """Importable names of the package's non-test modules."""
     names = []
@@ -340,13 +333,18 @@ def record_tests(payload: dict, scratch: Path) -> dict:
         except BaseException:  # noqa: BLE001 - report, record the rest
             import_errors[name] = traceback.format_exc(limit=3)
     recorder.install(modules, layer_bases(payload.get("keras", "keras3")))
+    steps = StepRecorder(out, payload.get("train_steps", 3), payload.get("max_per_target", 3))
+    steps.install(modules)
     try:
         for case in payload.get("config_cases", []):
             _run_config_case(case, recorder)
         tests = run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch) if payload.get("tests") else {}
     finally:
+        steps.close()
         recorder.close()
-    return {"tests": tests, "cases": recorder.cases, "skipped": recorder.skipped, "import_errors": import_errors}
+    steps.finish()  # after the tests and with every patch undone: the copies it runs change nothing they saw
+    return {"tests": tests, "cases": recorder.cases, "skipped": recorder.skipped, "import_errors": import_errors,
+            "steps": steps.cases, "steps_not_compared": steps.not_compared}
 
 
 def _run_config_case(case: dict, recorder: Recorder) -> None:

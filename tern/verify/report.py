@@ -1,9 +1,10 @@
 """Verification results per module, their status, and the JSON report.
 
 Status of a module, strongest finding first:
-- ``mismatch``: a replayed case differs from Keras beyond tolerance, or a translated test fails;
-- ``error``: the module does not import, a case could not be replayed, a job crashed;
-- ``equivalent``: at least one case or test was compared, and all agree;
+- ``mismatch``: a replayed case or training step differs from Keras beyond tolerance, or a
+  translated test fails;
+- ``error``: the module does not import, a case or step could not be replayed, a job crashed;
+- ``equivalent``: at least one case, training step or test was compared, and all agree;
 - ``untested``: nothing was compared. Never reported as a pass.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from tern.verify.step_report import add_training, training_lines, training_markdown
 
 STATUSES = ("equivalent", "mismatch", "untested", "error")
 
@@ -25,6 +28,8 @@ class ModuleRow:
     tests_total: int = 0
     cases_matched: int = 0
     cases_total: int = 0
+    train_matched: int = 0  # replayed training-step sessions that agreed at every step
+    train_total: int = 0  # sessions compared (not those "not compared")
     max_abs: float | None = None
     max_rel: float | None = None
     status: str = "untested"
@@ -37,14 +42,16 @@ class ModuleRow:
     #: evidence for whoever fixes it: per failing test its class and traceback, and the
     #: module's import traceback under "import"
     details: dict[str, dict] = field(default_factory=dict)
+    #: per replayed training-step session of a step this module defines (``step_report.py``)
+    training: list[dict] = field(default_factory=list)
 
     def settle(self) -> None:
-        compared = self.cases_total + self.tests_total
+        compared = self.cases_total + self.tests_total + self.train_total
         if any(p.startswith("mismatch") for p in self.problems) or self.tests_failed:
             self.status = "mismatch"
         elif self.problems:
             self.status = "error"
-        elif compared and (self.cases_matched or self.tests_passed):
+        elif compared and (self.cases_matched or self.tests_passed or self.train_matched):
             self.status = "equivalent"
         else:
             self.status = "untested"
@@ -59,6 +66,8 @@ class PackageReport:
     original_tests: dict[str, str] = field(default_factory=dict)
     record_error: str = ""
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: training steps the original tests called: ``{"status", "steps"}`` (``step_report.training_summary``)
+    training: dict[str, Any] = field(default_factory=lambda: {"status": "n/a", "steps": []})
     phases: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     cached_jobs: int = 0
@@ -95,7 +104,7 @@ def _owner(test_file: str, modules: list[str], package: str) -> str:
 
 
 def build_rows(package: str, modules: list[str], replays: dict[str, tuple], tests: dict[str, tuple],
-               recording: dict | None, record_failure: Any) -> list[ModuleRow]:
+               recording: dict | None, record_failure: Any, trains: dict[str, tuple] | None = None) -> list[ModuleRow]:
     rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
     for module, (value, failure, hit) in replays.items():
         row = rows.setdefault(module, ModuleRow(module))
@@ -150,6 +159,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             else:
                 row.tests_errors += 1
                 row.problems.append(f"error: test {test}: {outcome[:200]}")
+    add_training(rows, trains or {}, ModuleRow)
     if recording is None and record_failure is not None:
         for row in rows.values():
             row.problems.append(f"error: recording the original tests failed ({record_failure.cause})")
@@ -175,6 +185,7 @@ def problem_lines(report: PackageReport) -> list[str]:
     for target, reasons in report.skipped.items():
         for reason, count in reasons.items():
             lines.append(f"{target}: {count} call(s) not replayable: {reason}")
+    lines.extend(training_lines(report.training))
     for row in report.rows:
         lines.extend(f"{row.module}: {p}" for p in row.problems)
     return lines
@@ -198,6 +209,7 @@ def to_markdown(reports: list[PackageReport], *, level: int = 2, max_problems: i
             abs_err = f"{row.max_abs:.1e}" if row.max_abs is not None else "-"
             rel_err = f"{row.max_rel:.1e}" if row.max_rel is not None else "-"
             lines.append(f"| `{row.module}` | {_md(row.status)} | {tests} | {replay} | {abs_err} | {rel_err} |")
+        lines += training_markdown(report.training, head, _md)
         problems = problem_lines(report)
         if problems:
             lines += ["", "Problems:", ""]

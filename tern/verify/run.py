@@ -1,18 +1,21 @@
 """Verify one translated package against its TF original, through the sandbox.
 
-Three kinds of job, each cached under its own key (``keys.py``):
+Four kinds of job, each cached under its own key (``keys.py``):
 
 1. *record* (TF worker): the original tests run under the recorder; one job per TF
    package version, its cases kept in ``.tern/recordings/<key>/``;
 2. *replay* (JAX worker): one job per translated source module: import it, replay the
    cases of the layers it defines;
-3. *tests* (JAX worker): one job per translated test file.
+3. *train* (JAX worker): one job per translated module defining a training step the
+   tests called: replay the recorded N-step trajectories (``step_replay.py``);
+4. *tests* (JAX worker): one job per translated test file.
 
-Tests jobs start at once, alongside the recording; replays start when it is done.
+Tests jobs start at once, alongside the recording; replays and trains start when it is done.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -21,12 +24,14 @@ from typing import Any
 
 import anyio
 
+from tern.kept import tree_keeps_only_allowed_tf
 from tern.sandbox.jobs import Job, JobResult
 from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import is_test_file, package_modules
 from tern.verify.report import PackageReport, build_rows
+from tern.verify.step_report import training_summary
 
 
 def link_root(state_dir: Path, target: Path, package: str) -> Path:
@@ -63,7 +68,21 @@ class PackageVerifier:
         self.phases: dict[str, float] = {"record": 0.0, "replay": 0.0, "tests": 0.0}
         self.jobs: list[dict] = []
 
+    @functools.cached_property
+    def jax_kind(self) -> str:
+        """``jax_tfdata`` when the translation imports TensorFlow for allowed uses alone
+        (tf.data, ``rules/allowed/``): TF importable, Keras never; else ``jax``, so TF's
+        memory is paid only when needed and any other TF left fails to import."""
+        return "jax_tfdata" if tree_keeps_only_allowed_tf(self.translated) else "jax"
+
+    def _jax_versions(self) -> tuple:
+        """What the JAX jobs' results depend on: TensorFlow too when tf.data runs in them."""
+        if self.jax_kind == "jax":
+            return keys.versions(keys.JAX_LIBRARIES)
+        return self.jax_kind, keys.versions(keys.JAX_LIBRARIES + keys.TF_LIBRARIES)
+
     def _job(self, kind: str, task: str, payload: dict, sys_path: Path, writable: tuple[str, ...] = ()) -> Job:
+        kind = self.jax_kind if kind == "jax" else kind
         return Job(kind=kind, task=task, payload=payload, sys_path=(str(sys_path),), writable=writable,
                    timeout=self.config.timeout, cpu_seconds=self.config.timeout * 2, memory_mb=self.config.memory_mb)
 
@@ -88,7 +107,7 @@ class PackageVerifier:
     async def record(self) -> tuple[dict | None, JobResult | None]:
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
         key = keys.digest("record", keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
-                          keys.tree_hash(self.original), self.config.keras, list(self.config.cases))
+                          keys.tree_hash(self.original), self.config.keras, list(self.config.cases), self.config.train_steps)
         final = self.cache.recordings / key
         if final.is_dir():
             cached = self.cache.get(key, "record")
@@ -98,7 +117,7 @@ class PackageVerifier:
         partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
         tests = [str(p.relative_to(tf_root)) for p in test_files(tf_root / self.package)]
         payload = {"root": str(tf_root), "package": self.package, "tests": tests, "out": str(partial),
-                   "keras": self.config.keras, "config_cases": list(self.config.cases)}
+                   "keras": self.config.keras, "config_cases": list(self.config.cases), "train_steps": self.config.train_steps}
         kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
         job = self._job(kind, "tern.verify.tasks:record_tests", payload, tf_root, writable=(str(self.cache.recordings),))
         self.progress(f"{self.package}: recording the original tests")
@@ -118,7 +137,7 @@ class PackageVerifier:
         path = keys.module_file(jax_root / self.package, self.package, module)
         closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"])} for c in cases]
-        key = keys.digest("replay", keys.versions(keys.JAX_LIBRARIES), keys.tern_fingerprint(), module, closure,
+        key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,
                           [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name)
         job = self._job("jax", "tern.verify.tasks:replay_module", {"module": module, "cases": payload_cases}, jax_root)
         value, failure, hit = await self._run("replay", key, job)
@@ -126,9 +145,27 @@ class PackageVerifier:
             self.cache.put(key, "replay", value)
         return value, failure, hit
 
+    async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+        """Replay the recorded training steps of ``module``; keyed on the step's module and the
+        modules that define the models it trained, each with what they import."""
+        root = jax_root / self.package
+        closures = {}
+        for name in sorted({module, *(c["origin_module"] for c in cases)}):
+            path = keys.module_file(root, self.package, name)
+            closures[name] = keys.closure_hash(path, root, self.package) if path else "missing"
+        payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.train_tolerance()} for c in cases]
+        key = keys.digest("train", self._jax_versions(), keys.tern_fingerprint(), module, closures,
+                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name)
+        job = self._job("jax", "tern.verify.tasks:replay_steps", {"cases": payload_cases}, jax_root)
+        self.phases.setdefault("train", 0.0)
+        value, failure, hit = await self._run("train", key, job)
+        if value is not None and not hit:
+            self.cache.put(key, "train", value)
+        return value, failure, hit
+
     async def tests(self, test_file: Path, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
         rel = str(test_file.relative_to(jax_root))
-        key = keys.digest("tests", keys.versions(keys.JAX_LIBRARIES), keys.tern_fingerprint(), rel,
+        key = keys.digest("tests", self._jax_versions(), keys.tern_fingerprint(), rel,
                           keys.closure_hash(test_file, jax_root / self.package, self.package))
         job = self._job("jax", "tern.verify.tasks:translated_tests", {"root": str(jax_root), "files": [rel]}, jax_root)
         value, failure, hit = await self._run("tests", key, job)
@@ -144,6 +181,7 @@ class PackageVerifier:
         modules = package_modules(jax_root, self.package)
         tests_out: dict[str, tuple] = {}
         replays: dict[str, tuple] = {}
+        trains: dict[str, tuple] = {}
         recording: dict = {}
 
         async def run_tests(path: Path) -> None:
@@ -155,22 +193,30 @@ class PackageVerifier:
             by_module: dict[str, list[dict]] = {m: [] for m in modules}
             for case in (value or {}).get("cases", []):
                 by_module.setdefault(case["target"].partition(":")[0], []).append(case)
+            steps_by_module: dict[str, list[dict]] = {}
+            for case in (value or {}).get("steps", []):
+                steps_by_module.setdefault(case["target"].partition(":")[0], []).append(case)
             async with anyio.create_task_group() as group:
                 for module, cases in by_module.items():
                     async def one(module=module, cases=cases) -> None:
                         replays[module] = await self.replay(module, cases, (value or {}).get("dir", ""), jax_root)
                     group.start_soon(one)
+                for module, cases in steps_by_module.items():
+                    async def steps(module=module, cases=cases) -> None:
+                        trains[module] = await self.train(module, cases, (value or {}).get("dir", ""), jax_root)
+                    group.start_soon(steps)
 
         async with anyio.create_task_group() as group:
             group.start_soon(record_then_replay)
             for path in test_files(jax_root / self.package):
                 group.start_soon(run_tests, path)
-        rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"))
+        rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"), trains)
         return PackageReport(
             package=self.package, original=str(self.original), translated=str(self.translated), rows=rows,
             original_tests=(recording.get("value") or {}).get("tests", {}).get("tests", {}),
             record_error=_describe_failure(recording.get("failure")),
             skipped=(recording.get("value") or {}).get("skipped", {}),
+            training=training_summary(rows, (recording.get("value") or {}).get("steps_not_compared", {})),
             phases={k: round(v, 4) for k, v in self.phases.items()},
             seconds=round(time.perf_counter() - started, 4),
             cached_jobs=sum(1 for j in self.jobs if j["cached"]), jobs=len(self.jobs),

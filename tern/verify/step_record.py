@@ -1,0 +1,283 @@
+"""TF worker: record the training steps (``step_find.py``) the original tests call, as
+sessions the JAX side replays on the translated step (``step_replay.py``).
+
+The step functions are patched in every package module that holds them, so calls through
+the package's own loops (``train()`` calling the module global) are seen too. A *session*
+starts at the first call with a given model and optimizer when the model was built by a
+package class or factory (as for forward replays), has weights already, holds no dropout
+or noise layer with a nonzero rate, the optimizer is a Keras built-in whose ``iterations``
+is 0, and every other argument can be recorded (arrays, scalars, Keras loss objects as
+class + config). The initial weights are snapshotted then, and the arguments of the
+test's first N calls with that pair are kept. Nothing here builds a Keras object while the
+tests run: the test sees what it would have seen without the recorder.
+
+After the tests, ``step_copies.py`` runs each session on copies and writes its case.
+
+Dropout and noise layers are not compared rather than switched off: TF's and JAX's masks
+come from different RNGs, and switching them off exactly on both sides would need every
+rate of the translated model to be reachable from outside it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.port import keras_units
+from tern.verify.step_copies import as_numpy, run_session
+from tern.verify.step_find import Step, find_steps
+from tern.verify.step_objects import NotRenderable, keras_class, keras_source
+from tern.weights import variable_path
+
+RANDOM_ATTRIBUTES = ("rate", "dropout", "recurrent_dropout", "stddev")
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def _python_function(fn: Any) -> Any:
+    """The plain function under a ``tf.function`` and tern's own wrappers."""
+    for _ in range(8):
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "python_function", None)
+        if inner is None or inner is fn:
+            return fn
+        fn = inner
+    return fn
+
+
+def random_layer(model: Any) -> str:
+    """Why the model cannot be compared step by step ("" when nothing in it is random)."""
+    layers = model._flatten_layers(include_self=False, recursive=True) if hasattr(model, "_flatten_layers") else []
+    for layer in layers:
+        cls = type(layer)
+        if not cls.__module__.startswith(("keras", "tf_keras")):
+            continue
+        for attr in RANDOM_ATTRIBUTES:
+            value = getattr(layer, attr, 0)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                what = "dropout rate" if "dropout" in attr or attr == "rate" else attr
+                return f"{what} {value:g} in layer {layer.name} ({cls.__name__}): masks are drawn from different RNGs"
+        if cls.__name__.startswith("Random"):
+            return f"random layer {layer.name} ({cls.__name__}): its draws come from different RNGs"
+    return ""
+
+
+@dataclass
+class Session:
+    step: Step
+    target: str
+    inner: Any  # the step as the module held it (``tf.function``)
+    signature: inspect.Signature
+    model: Any
+    optimizer: Any
+    origin: dict
+    optimizer_source: str
+    optimizer_config: dict  # at the first call (a test may change the learning rate later)
+    weights: list[np.ndarray]  # Keras values before the first step, in ``model.weights`` order
+    names: list[str]
+    trainable: list[bool]
+    build_config: dict | None
+    units: list[dict]
+    name_units: list[dict]  # each Keras variable as its index, ported: which Flax leaf holds which variable
+    calls: list[inspect.BoundArguments] = field(default_factory=list)
+    packed: list[dict] = field(default_factory=list)  # per call: the recorded non-model arguments
+    first_result: Any = None
+    first_after: list[np.ndarray] | None = None
+
+
+class StepRecorder:
+    def __init__(self, out: Path, steps: int = 3, max_per_target: int = 3):
+        self.out = out
+        self.steps = steps
+        self.max_per_target = max_per_target
+        self.sessions: list[Session] = []
+        self.pairs: dict[tuple[int, int], Session | None] = {}
+        self.alive: list[Any] = []  # models and optimizers seen, kept so their ids stay theirs
+        self.not_compared: dict[str, dict[str, int]] = {}  # target -> reason -> count
+        self.cases: list[dict] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    # -- patching ---------------------------------------------------------------------
+
+    def install(self, modules: list[Any]) -> None:
+        for module in modules:
+            path = getattr(module, "__file__", None)
+            if not path or not Path(path).is_file():
+                continue
+            for step in find_steps(Path(path).read_text(encoding="utf-8")):
+                original = getattr(module, step.name, None)
+                if original is None:
+                    continue
+                target = f"{module.__name__}:{step.name}"
+                for holder in modules:
+                    for attr, value in list(vars(holder).items()):
+                        if value is original or getattr(value, "__wrapped__", None) is original:
+                            self._undo.append((holder, attr, value))
+                            setattr(holder, attr, _StepCall(self, step, target, value))
+
+    def close(self) -> None:
+        for holder, attr, value in reversed(self._undo):
+            setattr(holder, attr, value)
+        self._undo.clear()
+
+    # -- observing the test's calls ---------------------------------------------------
+
+    def note(self, target: str, reason: str) -> None:
+        bucket = self.not_compared.setdefault(target, {})
+        bucket[reason] = bucket.get(reason, 0) + 1
+
+    def observe(self, step: Step, target: str, inner: Any, args: tuple, kwargs: dict) -> Session | None:
+        """The new session this call starts (its result is then snapshotted), else None.
+
+        Reasons are counted once per session (model and optimizer pair), and once per
+        step function for a step tern does not translate."""
+        tf = _tf()
+        if step.unsupported:
+            if step.unsupported not in self.not_compared.get(target, {}):
+                self.note(target, step.unsupported)
+            return None
+        signature = inspect.signature(_python_function(inner))
+        bound = signature.bind(*args, **kwargs)
+        model, optimizer = bound.arguments.get(step.model), bound.arguments.get(step.optimizer)
+        key = (id(model), id(optimizer))
+        if not tf.executing_eagerly():
+            if key not in self.pairs:
+                self.pairs[key] = None
+                self.alive += [model, optimizer]
+                self.note(target, "called inside a traced tf.function")
+            return None
+        if key in self.pairs:
+            session = self.pairs[key]
+            if session is not None and len(session.calls) < self.steps:
+                packed = self._pack_arguments(session.step, bound)
+                if isinstance(packed, str):  # a later call with an argument the first did not have
+                    return self.note(target, packed)
+                session.calls.append(bound)
+                session.packed.append(packed)
+            return None
+        self.pairs[key] = None
+        self.alive += [model, optimizer]
+        reason = self._ineligible(model, optimizer)
+        if reason:
+            return self.note(target, reason)
+        if sum(1 for s in self.sessions if s.target == target) >= self.max_per_target:
+            return None
+        packed = self._pack_arguments(step, bound)
+        if isinstance(packed, str):
+            return self.note(target, packed)
+        try:
+            optimizer_source, optimizer_config = keras_source(optimizer, "optimizer")
+        except NotRenderable as exc:
+            return self.note(target, f"optimizer: {exc}")
+        weights = list(model.weights)
+        index = {id(v): i for i, v in enumerate(weights)}
+        try:
+            build_config = model.get_build_config()
+        except Exception:  # noqa: BLE001 - a model without one is rebuilt by its factory alone
+            build_config = None
+        session = Session(
+            step=step, target=target, inner=inner, signature=signature, model=model, optimizer=optimizer,
+            origin=model.__dict__["_tern_origin"], optimizer_source=optimizer_source,
+            optimizer_config=optimizer_config,
+            weights=[np.array(v.numpy()) for v in weights], names=[variable_path(v) for v in weights],
+            trainable=[bool(v.trainable) for v in weights], build_config=build_config,
+            units=keras_units(model), name_units=keras_units(model, lambda v: np.full(v.shape, index.get(id(v), -1), np.float64)),
+            calls=[bound], packed=[packed])
+        self.pairs[key] = session
+        self.sessions.append(session)
+        return session
+
+    def _ineligible(self, model: Any, optimizer: Any) -> str:
+        origin = getattr(model, "__dict__", {}).get("_tern_origin")
+        if origin is None:
+            return "the model is not built by a package class or factory (the replay could not rebuild it)"
+        if "unpackable" in origin:
+            return origin["unpackable"]
+        if keras_class(optimizer, "optimizers") is None:
+            return f"the optimizer ({type(optimizer).__name__}) is not a Keras built-in optimizer"
+        iterations = int(np.asarray(optimizer.iterations))
+        if iterations:
+            return f"the optimizer had already taken {iterations} step(s) at the first call seen (iterations = {iterations})"
+        random = random_layer(model)
+        if random:
+            return random
+        if not model.weights:
+            return "the model has no weights before its first step (it is built inside the step)"
+        return ""
+
+    def _pack_arguments(self, step: Step, bound: inspect.BoundArguments) -> dict | str:
+        """Every argument but the model and the optimizer, recorded; a reason when one cannot be."""
+        packed: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if name in (step.model, step.optimizer):
+                continue
+            if bound.signature.parameters[name].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                return f"argument {name!r} is variadic (*args/**kwargs)"
+            if keras_class(value, "losses") is not None:
+                try:
+                    source, config = keras_source(value, "loss")
+                    packed[name] = {"__keras_loss__": source, "config": config}
+                except NotRenderable as exc:
+                    return f"argument {name!r}: {exc}"
+                continue
+            try:
+                packed[name] = {"value": pack(value, arrays := [], as_numpy_or_none), "arrays": arrays}
+            except Unpackable as exc:
+                return f"argument {name!r}: {exc} (only arrays, scalars and Keras loss objects are recorded)"
+        return packed
+
+    # -- after the tests ----------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Run every session on copies (``step_copies``) and write its case, or note why not."""
+        for session in self.sessions:
+            try:
+                outcome = run_session(session, self.steps)
+            except Exception:  # noqa: BLE001 - one broken session must not lose the others
+                outcome = "recorder error: " + traceback.format_exc(limit=2).strip().splitlines()[-1]
+            if isinstance(outcome, str):
+                self.note(session.target, outcome)
+                continue
+            meta, arrays = outcome
+            write_case(self.out, meta["id"], meta, arrays)
+            self.cases.append({"id": meta["id"], "target": session.target, "origin_module": session.origin["module"]})
+
+
+class _StepCall:
+    """The patched step: observes the call, then runs the step as the test asked. Any other
+    attribute (``get_concrete_function`` of a ``tf.function``) is the step's own."""
+
+    def __init__(self, recorder: StepRecorder, step: Step, target: str, inner: Any):
+        self._recorder, self._step, self._target = recorder, step, target
+        self.__wrapped__ = inner
+
+    def __call__(self, *args, **kwargs):
+        recorder, inner = self._recorder, self.__wrapped__
+        try:
+            session = recorder.observe(self._step, self._target, inner, args, kwargs)
+        except Exception:  # noqa: BLE001 - the recorder must never fail the user's test
+            recorder.note(self._target, "recorder error: " + traceback.format_exc(limit=2).strip().splitlines()[-1])
+            session = None
+        result = inner(*args, **kwargs)
+        if session is not None and session.first_after is None:
+            session.first_result = _tf().nest.map_structure(as_numpy, result)
+            session.first_after = [np.array(v.numpy()) for v in session.model.weights]
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+
+def as_numpy_or_none(value: Any) -> np.ndarray | None:
+    """For ``pack``: tensors as arrays, None for what is not one."""
+    array = as_numpy(value)
+    return array if isinstance(array, np.ndarray) else None

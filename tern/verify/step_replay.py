@@ -1,0 +1,210 @@
+"""JAX worker: replay recorded training steps (``step_record.py``) on the translated step.
+
+Per case: build the translated model the way forward replays do (same factory or class
+and arguments), graft the Keras weights of the snapshot into its variable tree, build
+the optimizer and any Keras loss argument through tern's own tables (``step_objects``),
+make ``KerasTrainState.from_variables(model.apply, variables, tx, seed=0)`` with the class
+the translated module defines, and call the translated step once per recorded step,
+with the state in the model's place, the optimizer dropped and the other arguments as
+recorded. The step returns ``(state, original_return)``.
+
+After every step: the returned value against what the TF step returned, then every
+variable of the state (``params`` and the other collections) against the Keras weights
+after that step, ported the same way. Structure first, then values with
+``|jax - keras| <= atol + rtol * |keras|`` (``DEFAULT_TOLERANCE``, or the configured
+``[tool.tern.verify.training]`` one). The first step and the first value that differ are
+reported with the Keras variable's name, the Flax path and both values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import read_case, unpack
+from tern.verify.graft import DERIVED, flatten, graft
+from tern.verify.replay import _build as build_model
+from tern.verify.replay import compare
+from tern.verify.step_objects import translated_value
+
+DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32, on values (not on displacements)
+
+
+def replay_steps(payload: dict, scratch: Path) -> dict:
+    """Task: replay each step case of ``payload["cases"]`` (``{"dir", "id", "tolerance"}``)."""
+    return {"steps": [replay_step(Path(c["dir"]), c["id"], c.get("tolerance")) for c in payload["cases"]]}
+
+
+def replay_step(directory: Path, name: str, tolerance: dict | None) -> dict:
+    meta, arrays = read_case(directory, name)
+    tol = {**DEFAULT_TOLERANCE, **(tolerance or {})}
+    result = {"id": meta["id"], "target": meta["target"], "steps": meta["steps"], "batches": meta["batches"],
+              "optimizer": meta["optimizer"], **tol}
+    module_name = meta["target"].partition(":")[0]
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException:  # noqa: BLE001 - the translation's own failure is the finding
+        return {**result, "status": "error", "message": "import: " + traceback.format_exc(limit=-3)[-1500:]}
+    try:
+        return {**result, **_replay(module, meta, arrays, tol)}
+    except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
+        return {**result, "status": "error", "message": traceback.format_exc(limit=-6)[-2000:]}
+
+
+def _mapping(fn: Any, meta: dict) -> dict[str, str] | str:
+    """Original parameter -> translated parameter (the state takes the model's place, the
+    optimizer is dropped); a reason when the translation does not have that shape."""
+    kept = [p for p in meta["params"] if p != meta["optimizer_param"]]
+    try:
+        translated = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return f"cannot read the signature of the translated {meta['function']}"
+    if len(translated) != len(kept) or meta["optimizer_param"] in translated:
+        return (f"the translated {meta['function']}({', '.join(translated)}) is not a train-state step: expected "
+                f"{len(kept)} parameters, the original's ({', '.join(meta['params'])}) without "
+                f"{meta['optimizer_param']!r} and with the state in {meta['model_param']!r}'s place")
+    return dict(zip(kept, translated))
+
+
+def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    fn = getattr(module, meta["function"], None)
+    state_class = getattr(module, "KerasTrainState", None)
+    if fn is None:
+        return {"status": "error", "message": f"the translated module has no {meta['function']}"}
+    if state_class is None:
+        return {"status": "error", "message": "the translated module defines no KerasTrainState: "
+                f"{meta['function']} is not in train-state form"}
+    mapping = _mapping(fn, meta)
+    if isinstance(mapping, str):
+        return {"status": "error", "message": mapping}
+    tx, reason = translated_value(meta["optimizer"])
+    if reason:
+        return {"status": "not compared", "reason": f"optimizer: {reason}"}
+    calls = []
+    for call in meta["calls"]:
+        kwargs = {}
+        for name, value in call.items():
+            if isinstance(value, dict) and "__keras_loss__" in value:
+                loss, reason = translated_value(value["__keras_loss__"])
+                if reason:
+                    return {"status": "not compared", "reason": f"argument {name!r}: {reason}"}
+                kwargs[mapping[name]] = loss
+            else:
+                kwargs[mapping[name]] = unpack(value, arrays, jnp.asarray)
+        calls.append(kwargs)
+
+    model = build_model(meta["origin"], arrays)
+    args, kwargs = unpack(meta["model_inputs"], arrays, jnp.asarray)
+    rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
+    abstract = jax.eval_shape(lambda: model.init(rngs, *args, **kwargs))
+    init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
+    variables, problems = graft(init, _units(meta["units"], arrays))
+    if problems:
+        return {"status": "error", "message": "weights: " + "; ".join(problems)}
+    names, order = _keras_names(init, meta, arrays)
+    state = state_class.from_variables(model.apply, variables, tx, seed=0)
+
+    checks: list[dict] = []
+    for t, (kwargs, after) in enumerate(zip(calls, meta["after"]), start=1):
+        out = fn(**{mapping[meta["model_param"]]: state}, **kwargs)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            return {"status": "error", "message": f"step {t}: the translated {meta['function']} returned "
+                    f"{type(out).__name__}, not (state, {meta['function']}'s return value)"}
+        state, returned = out
+        step_checks = _compare_returned(t, returned, unpack(after["result"], arrays), tol)
+        want, problems = graft(init, _units(after["units"], arrays))
+        if problems:
+            return {"status": "error", "message": f"step {t}: Keras weights: " + "; ".join(problems)}
+        got = flatten(jax.tree_util.tree_map(np.asarray, {"params": state.params, **state.model_state}))
+        for path, value in sorted(flatten(want).items(), key=lambda item: order.get(item[0], len(order))):
+            if path[0] in DERIVED:
+                continue  # a pass's loss terms, not weights
+            flax = "/".join(path)
+            if path not in got:
+                step_checks.append({"step": t, "name": flax, "keras": names.get(path, "?"), "ok": False,
+                                    "problem": "missing from the state after the step"})
+                continue
+            check = compare(flax, got[path], value, tol)
+            step_checks.append({**check, "step": t, "keras": names.get(path, "?"),
+                                **(_first_bad(got[path], value, tol) if not check["ok"] else {})})
+        checks += step_checks
+    divergence = _divergence(checks)
+    return {"status": "mismatch" if divergence else "equivalent", "compared": len(calls),
+            "loss": _worst([c for c in checks if c.get("kind") == "returned"]),
+            "params": _worst([c for c in checks if c.get("kind") != "returned"]),
+            "divergence": divergence}
+
+
+def _divergence(checks: list[dict]) -> dict | None:
+    """The first step where anything differs, the returned value if it differs there, and
+    the first parameter that differs (at that step or later: an optimizer such as Adam can
+    absorb a small gradient difference for a step)."""
+    bad = [c for c in checks if not c["ok"]]
+    if not bad:
+        return None
+    returned = next((c for c in bad if c.get("kind") == "returned"), None)
+    parameter = next((c for c in bad if c.get("kind") != "returned"), None)
+    return {"step": bad[0]["step"], "returned": returned if returned and returned["step"] == bad[0]["step"] else None,
+            "parameter": parameter}
+
+
+def _units(units: list[dict], arrays: Any) -> list[dict]:
+    return [{**u, "tree": unpack(u["tree"], arrays)} for u in units]
+
+
+def _keras_names(init: dict, meta: dict, arrays: Any) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], int]]:
+    """Flax path -> the Keras variable(s) it holds, and its place in Keras' weight order
+    (parameters are compared, and the first divergent one named, in that order): the
+    snapshot ported with each variable filled with its index tells where each one landed."""
+    tree, _ = graft(init, _units(meta["name_units"], arrays))
+    names = meta["keras_names"]
+    found, order = {}, {}
+    for path, leaf in flatten(tree).items():
+        indices = sorted({int(i) for i in np.unique(np.asarray(leaf)) if 0 <= int(i) < len(names)})
+        found[path] = " + ".join(names[i] for i in indices) or "?"
+        if indices:
+            order[path] = indices[0]
+    return found, order
+
+
+def _compare_returned(step: int, got: Any, want: Any, tol: dict) -> list[dict]:
+    import jax
+
+    got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    if len(got_leaves) != len(want_leaves):
+        return [{"step": step, "kind": "returned", "name": "returned value", "ok": False,
+                 "problem": f"{len(got_leaves)} returned values, the TF step returned {len(want_leaves)}"}]
+    out = []
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        label = "returned value" if len(want_leaves) == 1 else f"returned value [{i}]"
+        check = compare(label, g, w, tol)
+        out.append({**check, "step": step, "kind": "returned", **(_first_bad(g, w, tol) if not check["ok"] else {})})
+    return out
+
+
+def _first_bad(got: Any, want: Any, tol: dict) -> dict:
+    """The first element outside tolerance, with both values."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return {}
+    bad = ~(np.abs(got - want) <= tol["atol"] + tol["rtol"] * np.abs(want))
+    bad &= ~(np.isnan(got) & np.isnan(want))
+    if not bad.any():
+        return {}
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    return {"index": list(index), "jax_value": float(got[index]), "keras_value": float(want[index])}
+
+
+def _worst(checks: list[dict]) -> dict:
+    measured = [c for c in checks if "max_abs" in c]
+    if not measured:
+        return {"max_abs": None, "max_rel": None}
+    return {"max_abs": max(c["max_abs"] for c in measured), "max_rel": max(c["max_rel"] for c in measured)}
