@@ -7,6 +7,7 @@ activation), or a ``Refusal`` when it cannot be sure: the call is then left as w
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -133,6 +134,40 @@ def cell_activation(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     return ctx.target_expr("jax.nn.identity") if out is None else out
 
 
+_SUPPORT_NAME = re.compile(r"\{support:(\w+)\}")
+
+
+def regularizer(node: cst.BaseExpression, ctx) -> Result:
+    """A Keras regularizer argument as a callable ``x -> penalty``: a string or a class
+    symbol through the ``regularizer`` value table, a ``keras.regularizers.X(...)`` call as
+    its [[api]] record already translated it. Anything else (a variable, a custom function)
+    could hold anything: refused, since a penalty silently lost changes the training."""
+    from tern.render import expand_template
+
+    value = _literal(node)
+    if value is None:
+        return None
+    records = [r for (kind, _), r in ctx.tables.values.items() if kind == "regularizer"]
+    if isinstance(value, str):
+        record = ctx.tables.value("regularizer", value)
+        if record is None:
+            return Refusal(f"{value!r} is not a regularizer name keras.regularizers.get accepts here")
+        return expand_template(record.target, {}, ctx)
+    translated = {name for r in records for name in _SUPPORT_NAME.findall(r.target)}
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in translated:
+        return node  # keras.regularizers.L2(...), already translated by its [[api]] record
+    source = ctx.resolve(node.func if isinstance(node, cst.Call) else node)
+    if source is not None:
+        record = ctx.tables.value("regularizer", source) if not isinstance(node, cst.Call) else None
+        if record is None:
+            return Refusal(f"`{_code(node)}` was not translated to a regularizer")
+        return expand_template(record.target, {}, ctx)
+    return Refusal(
+        f"regularizer given as `{_code(node)}` cannot be followed statically: pass "
+        "keras.regularizers.L1/L2/L1L2/OrthogonalRegularizer(...) or a name such as 'l2' where the layer is built"
+    )
+
+
 CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = {
     "activation": _ACTIVATION,
     "cell_activation": cell_activation,
@@ -143,4 +178,5 @@ CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = 
     "tuple2": _tuple_of(2),
     "tuple3": _tuple_of(3),
     "negate": negate,
+    "regularizer": regularizer,
 }

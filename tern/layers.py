@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from tern import regularizers
 from tern.convert import Refusal
 from tern.records import DROP, LayerRecord
 from tern.render import LAYER_BOOKKEEPING, Bound, bind, build_call, expand_template, map_arguments
@@ -28,6 +29,10 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
     for name in ("trainable", "dtype"):
         if name in bound.args and name not in record.signature.params:
             return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here")
+    separated = regularizers.split(ctx, record, bound)
+    if isinstance(separated, Refusal):
+        return separated
+    bound, regularization = separated
     activation = None
     if record.activation and record.activation in bound.args:
         act_bound = Bound({record.activation: bound.args[record.activation]}, ())
@@ -56,6 +61,10 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
             return module
     else:
         module = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+    if regularization:
+        if record.output_template is not None:
+            return Refusal("regularizers of a layer whose output is post-processed (a last step) are not recorded yet")
+        return regularizers.wrap(ctx, module, activation, regularization)
     then = [activation] if activation is not None else []
     if record.output_template is not None:
         unless = bound.args.get(record.output_unless) if record.output_unless else None

@@ -33,6 +33,17 @@ def test_fused_activation_wrapper_is_looked_through():
     assert (tree["params"]["dense1"]["layers_0"]["kernel"] == 5).all()
 
 
+def test_regularized_layer_wrapper_is_looked_through_and_its_loss_terms_are_no_weights():
+    """``KerasRegularized`` nests a ``setup`` sublayer under ``layer`` and sows loss terms
+    into ``losses``: the weights land under ``layer``, the terms are kept as init made them."""
+    init = {"params": {"dense1": {"layer": {"kernel": z(3, 4), "bias": z(4)}}},
+            "losses": {"dense1": {"kernel_regularizer": z()}}}
+    tree, problems = graft(init, [{"scope": "dense1", "path": "dense1", "layer": "Dense", "tree": dense(3, 4, 5.0)}])
+    assert problems == []
+    assert (tree["params"]["dense1"]["layer"]["kernel"] == 5).all()
+    assert set(tree) == {"params", "losses"}
+
+
 def test_own_variables_merge_beside_submodules():
     init = {"params": {"query": z(4), "proj": {"kernel": z(4, 4), "bias": z(4)}},
             "batch_stats": {"mean": z(4)}}

@@ -24,7 +24,9 @@ support files executed as written).
 The flax call keywords come from the record's ``call`` templates applied to the case's
 ``call`` keywords, so the numeric check exercises the table data itself. A fused
 activation or a record ``output`` (Keras ``return_sequences=False``) wraps the module in
-``nn.Sequential``; the ported variables are then nested under ``layers_0``.
+``nn.Sequential``; the ported variables are then nested under ``layers_0``. Regularizer
+arguments wrap it in ``KerasRegularized`` (variables under ``layer``); its sown loss terms
+must then match Keras' ``layer.losses`` in number and sum.
 """
 
 from __future__ import annotations
@@ -207,6 +209,19 @@ def _check_same_init(record, name: str, fresh: dict, init_vars, under: str | Non
     np.testing.assert_array_equal(np.asarray(node), keras_value)
 
 
+def _check_losses(case: dict, keras_layer, updates) -> None:
+    """The regularization terms the wrapper sowed: as many as Keras' ``layer.losses`` after
+    its last call (weight penalties from its current weights, activity penalties divided by
+    the batch size), with the same sum."""
+    terms = jax.tree_util.tree_leaves(updates.get("losses", {}))
+    expected = [np.asarray(t) for t in keras_layer.losses]
+    assert len(terms) == len(expected), (len(terms), len(expected))
+    np.testing.assert_allclose(
+        np.sum([np.asarray(t) for t in terms]), np.sum(expected),
+        rtol=case.get("rtol", DEFAULT_RTOL), atol=case.get("atol", DEFAULT_ATOL),
+    )
+
+
 NUMERIC = [c for c in CASES if c["flax"] != "TODO" or "port_flax" in c]
 
 
@@ -228,7 +243,10 @@ def test_numeric(case):
         kwargs = _flax_call_kwargs(record, case)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
         init_vars = flax_obj.init(rngs, *args, **kwargs)
+        regularized = type(flax_obj).__name__ == "KerasRegularized"
+        init_vars = {c: t for c, t in init_vars.items() if c != "losses"}  # loss terms, not weights
         under = "layers_0" if isinstance(flax_obj, nn.Sequential) and _wrapped(record, case) else None
+        under = "layer" if regularized else under
         ported = port_layer_weights(record, layer, under=under)
         assert _shapes(ported) == _shapes(init_vars), (
             f"ported tree differs from init:\nported {_shapes(ported)}\ninit   {_shapes(init_vars)}"
@@ -240,6 +258,8 @@ def test_numeric(case):
             _check_same_init(record, name, fresh, init_vars, under)
         ported = jax.tree_util.tree_map(jnp.asarray, ported)
         actual = flax_obj.apply(ported, *args, **kwargs)
+        if regularized:
+            _check_losses(case, layer, flax_obj.apply(ported, *args, mutable=["losses"], **kwargs)[1])
     else:
         assert not record.weights, f"{record.source} has weights but translated to a function"
         actual = flax_obj(*args)

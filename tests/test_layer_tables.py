@@ -45,7 +45,7 @@ KNOWN_KEYS = {
     "source", "aliases", "params", "positional", "rename", "unsupported", "defaults", "convert",
     "star_args", "target", "apply", "call_params", "call", "activation", "weights", "note",
     # proposed schema additions (see rules/layers/recurrent.toml header and the report)
-    "template", "output", "init_caveats", "call_unsupported", "call_defaults",
+    "template", "output", "init_caveats", "call_unsupported", "call_defaults", "regularizers",
 }
 NAMESPACE = {"flax": flax, "nn": nn, "jnp": jnp, "jax": jax, "functools": functools, "np": np}
 
@@ -223,7 +223,7 @@ def test_keras_call_params_match_live_signature(raw):
 @pytest.mark.parametrize("raw", RAW, ids=RAW_IDS)
 def test_param_tables_name_known_params(raw):
     params = set(raw.get("params", []))
-    for table in ("rename", "unsupported", "convert", "init_caveats"):
+    for table in ("rename", "unsupported", "convert", "init_caveats", "regularizers"):
         unknown = set(raw.get(table, {})) - params
         assert not unknown, f"{table} names unknown params {unknown}"
     for name, conv in raw.get("convert", {}).items():
@@ -245,7 +245,7 @@ def test_flax_names_and_keywords_exist(raw):
         produced = [
             raw.get("rename", {}).get(p, p)
             for p in raw.get("params", [])
-            if p not in unsupported and p != raw.get("activation")
+            if p not in unsupported and p != raw.get("activation") and p not in raw.get("regularizers", {})
         ]
         produced = [k for k in produced if k != DROP] + list(raw.get("defaults", {}))
         unknown = [k for k in produced if k not in sig_names]
@@ -281,6 +281,10 @@ def test_support_file_defines_its_name(name):
         re.search(rf"\b{name}\(", p.read_text(encoding="utf-8"))
         for p in (RULES / "support").glob("*.py") if p.stem != name
     )
+    code = [*(RULES / "structure").glob("*.py"), *(RULES / "testing").glob("*.py"), *(RULES.parent / "tern").glob("*.py")]
+    used = used or any(  # inserted by a programmatic rule or the engine
+        re.search(rf"\{{support:{name}\}}|[\"']{name}[\"']", p.read_text(encoding="utf-8")) for p in code
+    )
     assert used, f"rules/support/{name}.py is used by no table and no other support file"
 
 
@@ -301,6 +305,7 @@ def test_every_param_is_accounted_for(raw):
         | {p for p, v in raw.get("rename", {}).items() if v == DROP}
         | set(raw.get("unsupported", {}))
         | {raw.get("activation")}
+        | set(raw.get("regularizers", {}))
         | {raw.get("output", {}).get("unless")}
     )
     missing = [p for p in raw.get("params", []) if p not in handled]

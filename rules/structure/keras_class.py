@@ -151,6 +151,10 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
         if params.posonly_params:
             info.refusal = "positional-only constructor parameters"
         info.params = [p for p in (*params.params, *params.kwonly_params) if p.name.value != SELF]
+        if _passes_activity_regularizer(init):
+            info.refusal = ("`activity_regularizer` passed to the Keras base class: Keras adds a penalty on every "
+                            "output (divided by the batch size) that Flax would silently lose: port by hand, recording "
+                            "`activity_regularizer(outputs) / batch_size` with `keras_add_loss`")
         for attr, value in _assignments(init.body):
             ref = _layer_ref(ctx, value)
             if ref is not None:
@@ -187,6 +191,16 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
                     "weights only inside `__call__`; inline the method into `call` or port by hand"
                 )
     return info
+
+
+def _passes_activity_regularizer(init: cst.FunctionDef) -> bool:
+    """``super().__init__(activity_regularizer=<not None>)``: dropped with the call, it would lose a penalty."""
+    for stmt in init.body.body:
+        if _is_super_init(stmt):
+            for arg in stmt.body[0].value.args:
+                if arg.keyword is not None and arg.keyword.value == "activity_regularizer" and not m.matches(arg.value, m.Name("None")):
+                    return True
+    return False
 
 
 def _self_attrs_used(node: cst.CSTNode) -> set[str]:

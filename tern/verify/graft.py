@@ -2,9 +2,10 @@
 
 The translation's own ``init`` tree is the guide: a unit goes where its variables fit
 exactly (same leaf names, same shapes), and every Flax variable must receive exactly
-one Keras value. Named units are looked up at their attribute path, or one level down
-under ``layers_0`` (the ``nn.Sequential([layer, activation])`` the layer rules emit for
-fused activations). Unnamed units (layers of ``Sequential``/functional models) are
+one Keras value (the ``losses`` collection is no variable: it holds a pass's loss terms).
+Named units are looked up at their attribute path, or one level down under ``layers_0``
+(the ``nn.Sequential([layer, activation])`` the layer rules emit for fused activations) or
+``layer`` (the ``KerasRegularized`` wrapper of a regularized layer). Unnamed units (layers of ``Sequential``/functional models) are
 placed in order among the still unclaimed submodules of their scope; Flax creates
 variables in call order, which is the Keras layer order.
 
@@ -19,6 +20,10 @@ from typing import Any
 import numpy as np
 
 Leaves = dict[tuple[str, ...], Any]
+
+#: collections a forward pass writes, not weights: the regularization terms the translated
+#: modules sow (rules/support/keras_add_loss.py). Kept as ``init`` made them, never ported.
+DERIVED = frozenset({"losses"})
 
 
 def flatten(tree: dict, prefix: tuple[str, ...] = ()) -> Leaves:
@@ -86,7 +91,7 @@ class _Placer:
 
     def named(self, unit: dict, unit_flat: dict[str, Leaves]) -> None:
         base = _split(unit["path"])
-        for candidate in (base, (*base, "layers_0")):
+        for candidate in (base, (*base, "layers_0"), (*base, "layer")):
             if self.fits(unit_flat, candidate, exact=False):
                 self.put(unit_flat, candidate)
                 return
@@ -128,7 +133,8 @@ def graft(init: dict, units: list[dict]) -> tuple[dict, list[str]]:
             placer.named(unit, unit_flat)
         else:
             placer.ordered(unit, unit_flat)
-    missing = [f"{c}/{'/'.join(k)}" for c, leaves in placer.flat.items() for k in leaves if (c, k) not in placer.placed]
+    missing = [f"{c}/{'/'.join(k)}" for c, leaves in placer.flat.items() if c not in DERIVED
+               for k in leaves if (c, k) not in placer.placed]
     if missing:
         placer.problems.append("Flax variables with no Keras counterpart: " + ", ".join(missing[:8])
                                + (" ..." if len(missing) > 8 else ""))
