@@ -1,0 +1,235 @@
+"""Tests compile, fit, evaluate and predict their models as they did with Keras.
+
+A test keeps its model objects; each model's Keras state lives in its ``KerasTrainer``
+(rules/support/KerasTrainer.py, attached to the module object, shared with package code).
+The test file also has its own registry of variables (``_TERN_VARIABLES``,
+``testing/module_calls.py``) for ``model(x)`` and ``model.trainable_variables``. One helper
+keeps the two in step, written into the test file::
+
+    model.fit(x, y, epochs=2)                ->  _tern_trainer(model).fit(x, y, epochs=2)
+    model.optimizer.iterations               ->  _tern_trainer(model).iterations
+    history = train(model, x, y)             ->  history = train(_tern_shared(model), x, y)
+
+``_tern_trainer(model)`` hands the registry's variables (the newest: the trainer writes
+every change back) to the trainer and returns it; ``_tern_shared(model)`` does the same
+for a model a package function is about to compile or fit (``tern/compiled_models.py``
+knows which parameters those are) and returns the model. A model is known when the
+registry knows it, or when it comes from a package function that returns the model it
+is given (``compile_classifier(build_classifier())``). A model whose Keras ``fit`` the
+trainer cannot reproduce (a ``train_step`` override, frozen layers) keeps its calls with a
+TODO saying why. ``get_weights`` of registry models is ``module_calls.py``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.compiled_models import TRAINER_METHODS, refusal
+from tern.convert import Refusal
+from tern.rule import Rule
+from tern.trainer_calls import rewrite
+from tern.translate import insert_after_imports
+
+HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
+INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",
+          "keras.Model": "keras.Model", "keras.models.Model": "keras.Model"}
+LAYOUT = ("the model holds layers whose Keras variables are not the Flax arrays as they are (split per gate, or "
+          "reshaped), so Keras' weight list has no one-to-one counterpart")
+
+RUNTIME = '''
+
+def _tern_trainer(module):
+    """The module's KerasTrainer (its compile/fit state, shared with package code), with this
+    file's registry variables: those are the newest, since the trainer writes every change back."""
+    trainer = KerasTrainer.of(module)
+    if trainer.variables is None and getattr(module, "tern_input_specs", None) is not None:
+        _tern_variables(module)  # a functional Keras model is built from its Inputs at construction
+    entry = _TERN_VARIABLES.get(id(module))
+    if entry is not None:
+        trainer.set_variables(entry[1], order=_TERN_ORDER.get(id(module)))
+    elif trainer.variables is not None:
+        _tern_keep(module, trainer.variables, trainer.weight_order)
+    trainer.on_update = functools.partial(_tern_keep, module)
+    return trainer
+
+
+def _tern_keep(module, variables, order):
+    _TERN_VARIABLES[id(module)] = (module, variables)
+    _TERN_ORDER.setdefault(id(module), [tuple(p) for p in order])
+
+
+def _tern_shared(module):
+    """``module``, its variables handed to its KerasTrainer (package code is about to compile or fit it)."""
+    _tern_trainer(module)
+    return module
+'''
+
+
+def _key(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        return "self." + node.attr.value
+    return None
+
+
+def _tracked(ctx) -> dict[str, frozenset]:
+    return ctx.rule_state.setdefault("compiled_model_sources", {})
+
+
+def _arg(call: cst.Call, params: tuple[str, ...], param: str) -> int | None:
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == param:
+            return i
+    if param in params:
+        index = params.index(param)
+        positional = [i for i, a in enumerate(call.args) if a.keyword is None and not a.star]
+        if index < len(positional) and not any(a.star for a in call.args[:positional[index] + 1]):
+            return positional[index]
+    return None
+
+
+def sources(ctx, node: cst.BaseExpression) -> frozenset | None:
+    """The package classes and functions a model expression comes from (None: not known to be a model)."""
+    key = _key(node)
+    if key is not None:
+        if key in _tracked(ctx):
+            return _tracked(ctx)[key]
+        kind = ctx.rule_state.get("module_names", {}).get(key)  # module_calls.py's registry names
+        if kind is True:
+            return frozenset({"keras.Sequential"})
+        if isinstance(kind, str) and not kind.startswith("layer:"):
+            return frozenset({kind})
+        return None
+    if not isinstance(node, cst.Call):
+        return None
+    if isinstance(node.func, cst.Name):
+        name = node.func.value
+        if ctx.package.is_module_class(name) or name in ctx.package.factories:
+            return frozenset({name})
+        facts = ctx.package.models
+        if name in facts.returns_model:
+            at = _arg(node, facts.params.get(name, ()), facts.returns_model[name])
+            inner = sources(ctx, node.args[at].value) if at is not None else None
+            return None if inner is None else inner | {name}
+    resolved = ctx.resolve(node.func)
+    return frozenset({INLINE[resolved]}) if resolved in INLINE else None
+
+
+def _layout_differs(ctx, model_sources: frozenset) -> bool:
+    layout = frozenset(name.rsplit(".", 1)[-1] for name, r in ctx.tables.layers.items()
+                       if not r.weights_one_to_one or any(w.transform for w in r.weights))
+    return any(ctx.package.reaches(s, layout) for s in model_sources)
+
+
+def _call(name: str, arg: cst.BaseExpression) -> cst.Call:
+    return cst.Call(func=cst.Name(name), args=[cst.Arg(arg)])
+
+
+class CompiledModelCallsRule(Rule):
+    id = "testing:compiled-model-calls"
+    scope = "tests"
+    order = 78  # before module_calls.py, which leaves compile/fit/evaluate with a TODO
+
+    def leave_statement(self, ctx, original, updated):
+        for small in original.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            for target in small.targets:
+                pairs = [(target.target, small.value)]
+                if isinstance(target.target, cst.Tuple) and isinstance(small.value, cst.Tuple) \
+                        and len(target.target.elements) == len(small.value.elements):
+                    pairs = [(t.value, v.value) for t, v in zip(target.target.elements, small.value.elements)]
+                for name, value in pairs:
+                    key = _key(name)
+                    got = sources(ctx, value) if key is not None else None
+                    if got is not None:
+                        _tracked(ctx)[key] = got
+                    elif key is not None:
+                        _tracked(ctx).pop(key, None)
+        return None
+
+    def leave_call(self, ctx, original, updated):
+        func = original.func
+        if isinstance(func, cst.Attribute) and func.attr.value in TRAINER_METHODS:
+            return self._method(ctx, original, updated)
+        if isinstance(func, cst.Name) and func.value in ctx.package.models.keras_params:
+            return self._package_call(ctx, original, updated)
+        return None
+
+    def _method(self, ctx, original, updated):
+        func = original.func
+        method = func.attr.value
+        model_sources = sources(ctx, func.value)
+        if model_sources is None:
+            return None
+        known_to_registry = _key(func.value) in ctx.rule_state.get("module_names", {})
+        if method == "get_weights" and known_to_registry:
+            return None  # module_calls.py reads the registry in Keras' order
+        why = refusal(ctx.package.models, model_sources, ctx.package.reaches, method)
+        if why is None and method in ("get_weights", "set_weights") and _layout_differs(ctx, model_sources):
+            why = LAYOUT
+        out = Refusal(why) if why else rewrite(ctx, original, updated, _call("_tern_trainer", updated.func.value))
+        if isinstance(out, Refusal):
+            ctx.rule_state.setdefault(HANDLED, set()).add(id(func))
+            ctx.todo(f"keras.Model.{method}", out.reason)
+            return None
+        self._need_runtime(ctx)
+        return out
+
+    def _package_call(self, ctx, original, updated):
+        facts = ctx.package.models
+        params = facts.params.get(original.func.value, ())
+        args = list(updated.args)
+        wrapped = False
+        for param in sorted(facts.keras_params[original.func.value]):
+            at = _arg(original, params, param)
+            value = original.args[at].value if at is not None else None
+            if value is None or m.matches(value, m.Call(func=m.Name("_tern_shared"))) or sources(ctx, value) is None:
+                continue  # not a model, or handed over already (a rerun on translated code)
+            args[at] = args[at].with_changes(value=_call("_tern_shared", args[at].value))
+            wrapped = True
+        if not wrapped:
+            return None
+        self._need_runtime(ctx)
+        return updated.with_changes(args=args)
+
+    def leave_attribute(self, ctx, original, updated):
+        inner = original.value
+        if not (isinstance(inner, cst.Attribute) and inner.attr.value == "optimizer"):
+            return None
+        model_sources = sources(ctx, inner.value)
+        if model_sources is None or refusal(ctx.package.models, model_sources, ctx.package.reaches, "fit"):
+            return None
+        if original.attr.value != "iterations":
+            ctx.todo(f"keras.Model.optimizer.{original.attr.value}",
+                     "the compiled optimizer is an optax transformation: Keras optimizer attributes other than "
+                     "`iterations` have no counterpart on the trainer")
+            return None
+        self._need_runtime(ctx)
+        return cst.Attribute(value=_call("_tern_trainer", updated.value.value), attr=cst.Name("iterations"))
+
+    @staticmethod
+    def _need_runtime(ctx):
+        ctx.rule_state["runtime"] = True  # module_calls.py's registry
+        ctx.rule_state["trainer_runtime"] = True
+        ctx.support.add("KerasTrainer")
+
+    def leave_module(self, ctx, updated):
+        if not ctx.rule_state.get("trainer_runtime"):
+            return None
+        ctx.plan.spell("functools")
+        return insert_after_imports(updated, list(_runtime()))
+
+
+@functools.cache
+def _runtime() -> tuple[cst.CSTNode, ...]:
+    body = list(cst.parse_module(RUNTIME).body)
+    body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return tuple(body)
+
+
+RULE = CompiledModelCallsRule()
