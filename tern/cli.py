@@ -46,9 +46,13 @@ def _summary(report: RunReport) -> Table:
     table.add_column("status")
     table.add_column("edits", justify="right")
     table.add_column("TODOs", justify="right")
+    kept = any(f.allowed for f in report.files)
+    if kept:
+        table.add_column("allowed TF", justify="right")  # tf.data kept on purpose: not residue
     styles = {"translated": "green", "residue": "yellow", "error": "red", "unchanged": "dim", "copied": "dim"}
     for f in report.files:
-        table.add_row(f.path, f"[{styles[f.status]}]{f.status}[/]", str(len(f.edits)), str(len(f.todos)))
+        row = [f.path, f"[{styles[f.status]}]{f.status}[/]", str(len(f.edits)), str(len(f.todos))]
+        table.add_row(*row, *([str(len(f.allowed))] if kept else []))
     return table
 
 
@@ -118,6 +122,7 @@ def migrate(
         console.print(
             f"{t['translated']} translated, {t['residue']} with residue, {t['errors']} errors; "
             f"{t['edits']} edits, {t['todos']} TODOs"
+            + (f", {t['allowed_tf']} allowed TF uses (tf.data input pipelines, not residue)" if t["allowed_tf"] else "")
             + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
         )
     if rules_only and not quiet:

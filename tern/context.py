@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from tern.convert import Refusal
+from tern.datasets import FileDatasets
 from tern.names import Scopes
 from tern.package import PackageInfo
 from tern.records import Tables
 from tern.render import code
-from tern.report import Edit, Todo
+from tern.report import Edit, Note, Todo
 from tern.targets import ImportPlan, respell
 
 # Flax RNG stream used for randomness that is not dropout (sampling layers, noise).
@@ -58,6 +59,12 @@ class FileContext:
     support: set[str] = field(default_factory=set)
     #: per-file state of programmatic rules (rules themselves are shared singletons)
     rule_state: dict[str, object] = field(default_factory=dict)
+    #: tf.data facts of this file (``tern/datasets.py``); None when tf.data plays no part
+    datasets: FileDatasets | None = None
+    #: TF left as written on purpose (an allowance, a graph function): read it after the pass
+    kept_tf: bool = False
+    #: differences by design the report states once per file (``Note``)
+    notes: list[Note] = field(default_factory=list)
 
     # -- asked by rules and converters -------------------------------------------------
     def resolve(self, node: cst.BaseExpression) -> str | None:
@@ -146,6 +153,11 @@ class FileContext:
     # -- told by rules -----------------------------------------------------------------
     def edit(self, rule: str, before: cst.CSTNode, after: cst.CSTNode) -> None:
         self.edits.append(Edit(rule, _short(before), _short(after)))
+
+    def note(self, construct: str, text: str) -> None:
+        note = Note(construct, text)
+        if note not in self.notes:
+            self.notes.append(note)
 
     def todo(self, construct: str, reason: str) -> None:
         todo = Todo(construct, reason)

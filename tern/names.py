@@ -26,6 +26,14 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+def short_name(name: str) -> str:
+    """``tensorflow.data.Dataset`` -> ``tf.data.Dataset``: canonical names as users write them."""
+    for prefix, short in (("tensorflow.", "tf."), ("keras.", "keras.")):
+        if name.startswith(prefix):
+            return short + name[len(prefix):]
+    return name
+
+
 def _module_name(node: cst.BaseExpression) -> str:
     return dotted_name(node) or ""
 
@@ -202,7 +210,7 @@ def _ast_scope(fn) -> tuple[set[str], dict[str, str]]:
     bound = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
     bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     imports: dict[str, str] = {}
-    stack = list(fn.body) if isinstance(fn.body, list) else [fn.body]
+    stack = list(fn.body) if isinstance(fn.body, list) else []  # a lambda: its parameters, as function_scope
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

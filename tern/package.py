@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tern.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
+from tern.datasets import PackageDatasets, scan_module as scan_datasets
 from tern.train_steps import TrainSig, analyse
 
 KERAS_BASES = {"Layer", "Model"}
@@ -48,6 +50,10 @@ class PackageInfo:
     train_refusals: dict[str, str] = field(default_factory=dict)
     #: top-level functions of non-test modules, analysed for training once all are seen
     functions: list[ast.FunctionDef] = field(default_factory=list, repr=False)
+    #: which package functions return a tf.data dataset, whether tf.data is used (``tern/datasets.py``)
+    datasets: PackageDatasets = field(default_factory=PackageDatasets)
+    #: which names hold compiled Keras models, and what keeps their fit from the trainer (``tern/compiled_models.py``)
+    models: ModelFacts = field(default_factory=ModelFacts)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -132,6 +138,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         tree = ast.parse(source)
     except SyntaxError:
         return
+    scan_datasets(tree, info.datasets, source=source)
+    scan_models(tree, module, _is_test_module(module), info.models)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_model(node):
             info.model_builders.add(node.name)
@@ -169,6 +177,7 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
                 keras.add(name)
                 changed = True
     info.classes = {n: c for n, c in info.classes.items() if n in keras}
+    analyse_models(info.models, info.factories, set(info.classes))
     return info
 
 

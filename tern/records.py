@@ -6,6 +6,7 @@ API or a layer is one record, never engine code. Records are loaded once per pro
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import tomllib
 from dataclasses import dataclass, field
@@ -95,7 +96,10 @@ class LayerRecord:
     ``training`` there is also injected when the caller did not pass it, because Keras
     propagates the outer call's training flag and Flax needs it explicitly.
     ``call_defaults`` give an absent call argument a value from the others (Keras' MHA
-    ``key`` defaults to ``value``).
+    ``key`` defaults to ``value``). ``regularizers`` names, per regularizer parameter, the
+    Keras variable it penalizes (its Flax param comes from ``weights``) or ``outputs`` for
+    the activity regularizer: the layer is then wrapped to record those loss terms
+    (``tern/regularizers.py``).
     """
 
     source: str
@@ -113,6 +117,7 @@ class LayerRecord:
     init_caveats: dict[str, str] = field(default_factory=dict)
     activation: str | None = None
     weights: tuple[WeightMapEntry, ...] = ()
+    regularizers: dict[str, str] = field(default_factory=dict)
     note: str = ""
     origin: str = ""
 
@@ -138,6 +143,49 @@ class ValueRecord:
 
 
 @dataclass(frozen=True)
+class AllowedRecord:
+    """A TF API family a translation keeps on purpose (``rules/allowed/*.toml``): tf.data.
+
+    Its uses are not residue: no TODO, listed in the report as allowed TF use. ``methods``
+    keep a chain a dataset; ``graph_methods`` name the parameters (in order) of the methods
+    whose function arguments run in TF's graph, where only ``graph_allows`` names may
+    stay; ``bridge`` is the template that makes a ``for`` loop over a dataset yield NumPy.
+    """
+
+    name: str
+    prefix: str
+    why: str
+    import_comment: str
+    jit_reason: str
+    constructors: tuple[str, ...] = ()
+    methods: frozenset[str] = frozenset()
+    graph_methods: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    graph_allows: str = ""
+    graph_refuses: tuple[str, ...] = ()
+    graph_why: str = ""
+    graph_reason: str = ""
+    bridge: str = ""
+    origin: str = ""
+
+    def covers(self, name: str) -> bool:
+        return name == self.prefix or name.startswith(self.prefix + ".")
+
+    def makes_dataset(self, name: str) -> bool:
+        return self.covers(name) and any(fnmatch.fnmatchcase(name, p) for p in self.constructors)
+
+    def graph_params(self, method: str) -> tuple[tuple[int, str], ...]:
+        """(position, name) of each parameter of ``method`` that takes a graph function."""
+        return tuple((i, p) for i, p in enumerate(self.graph_methods.get(method, ()))
+                     if p.endswith("_func") or p == "predicate")
+
+    def allowed_in_graph(self, name: str) -> bool:
+        def under(prefix: str) -> bool:
+            return name == prefix or name.startswith(prefix + ".")
+
+        return bool(self.graph_allows) and under(self.graph_allows) and not any(under(p) for p in self.graph_refuses)
+
+
+@dataclass(frozen=True)
 class TargetModule:
     name: str
     alias: str
@@ -150,6 +198,14 @@ class Tables:
     values: dict[tuple[str, str], ValueRecord]
     modules: tuple[TargetModule, ...]
     canonical: tuple[tuple[str, str], ...]
+    allowed: tuple[AllowedRecord, ...] = ()
+
+    def allowance(self, name: str) -> AllowedRecord | None:
+        """The allowed-TF record covering canonical ``name``, if any."""
+        for record in self.allowed:
+            if record.covers(name):
+                return record
+        return None
 
     def value(self, kind: str, source: str) -> ValueRecord | None:
         return self.values.get((kind, source))
@@ -197,8 +253,20 @@ def _layer(raw: dict[str, Any], origin: str) -> LayerRecord:
         init_caveats=dict(raw.get("init_caveats", {})),
         activation=raw.get("activation"),
         weights=tuple(WeightMapEntry(**w) for w in raw.get("weights", ())),
+        regularizers=dict(raw.get("regularizers", {})),
         note=raw.get("note", ""),
         origin=origin,
+    )
+
+
+def _allowed(raw: dict[str, Any], origin: str) -> AllowedRecord:
+    return AllowedRecord(
+        name=raw["name"], prefix=raw["prefix"], why=raw["why"], import_comment=raw["import_comment"],
+        jit_reason=raw["jit_reason"], constructors=tuple(raw.get("constructors", ())),
+        methods=frozenset(raw.get("methods", ())),
+        graph_methods={k: tuple(v) for k, v in raw.get("graph_methods", {}).items()},
+        graph_allows=raw.get("graph_allows", ""), graph_refuses=tuple(raw.get("graph_refuses", ())), graph_why=raw.get("graph_why", ""), graph_reason=raw.get("graph_reason", ""),
+        bridge=raw.get("bridge", ""), origin=origin,
     )
 
 
@@ -221,7 +289,7 @@ def _index(records, what: str) -> dict:
 def load_tables(root: Path | None = None) -> Tables:
     """Read every table under ``root`` (default: the installed ``rules/``)."""
     root = root or rules_root()
-    api, layers, values = [], [], {}
+    api, layers, values, allowed = [], [], {}, []
     for path in sorted(root.rglob("*.toml")):
         rel = path.relative_to(root).as_posix()
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -229,6 +297,8 @@ def load_tables(root: Path | None = None) -> Tables:
             api.append(_api(raw, f"{rel}#{i}"))
         for i, raw in enumerate(data.get("layer", ())):
             layers.append(_layer(raw, f"{rel}#{i}"))
+        for i, raw in enumerate(data.get("allowed", ())):
+            allowed.append(_allowed(raw, f"{rel}#{i}"))
         for raw in data.get("value", ()):
             record = ValueRecord(**raw)
             values[(record.kind, record.source)] = record
@@ -246,6 +316,7 @@ def load_tables(root: Path | None = None) -> Tables:
         values=values,
         modules=tuple(sorted(modules, key=lambda m: -len(m.name))),
         canonical=canonical,
+        allowed=tuple(allowed),
     )
 
 

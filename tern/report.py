@@ -30,6 +30,24 @@ class Todo:
         return f"# {TODO_MARK}: {text}"
 
 
+@dataclass(frozen=True)
+class AllowedUse:
+    """TensorFlow kept on purpose (``rules/allowed/``): not residue, but listed."""
+
+    construct: str
+    line: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """What a translation does differently from the original where that is by design (not
+    residue): e.g. fit's shuffling draws from NumPy's generator, not TensorFlow's."""
+
+    construct: str
+    text: str
+
+
 Status = Literal["translated", "residue", "unchanged", "copied", "error"]
 
 
@@ -39,6 +57,8 @@ class FileResult:
     status: Status
     edits: list[Edit] = field(default_factory=list)
     todos: list[Todo] = field(default_factory=list)
+    allowed: list[AllowedUse] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     error: str = ""
     error_line: int = 0
     diff: str = ""
@@ -77,6 +97,7 @@ class RunReport:
             "errors": sum(f.status == "error" for f in self.files),
             "edits": sum(len(f.edits) for f in self.files),
             "todos": sum(len(f.todos) for f in self.files),
+            "allowed_tf": sum(len(f.allowed) for f in self.files),
         }
 
     def to_json(self) -> str:
@@ -100,7 +121,8 @@ class RunReport:
             "",
             f"{t['files']} files: {t['translated']} translated, {t['residue']} with residue, "
             f"{t['unchanged']} unchanged, {t['copied']} copied, {t['errors']} errors; "
-            f"{t['edits']} edits, {t['todos']} TODOs.",
+            f"{t['edits']} edits, {t['todos']} TODOs"
+            + (f"; {t['allowed_tf']} allowed TF uses (not residue)." if t["allowed_tf"] else "."),
             "",
             "## Files",
             "",
@@ -115,6 +137,18 @@ class RunReport:
             lines += ["| where | construct | reason |", "| --- | --- | --- |"]
             for f, todo in todos:
                 lines.append(f"| `{f.path}:{todo.line}` | `{todo.construct}` | {todo.reason} |")
+        allowed = [(f, use) for f in self.files for use in f.allowed]
+        if allowed:
+            lines += ["", "## Allowed TF use (kept on purpose, not residue)", ""]
+            lines += ["| where | use | why |", "| --- | --- | --- |"]
+            for f, use in allowed:
+                lines.append(f"| `{f.path}:{use.line}` | `{use.construct}` | {use.why} |")
+        notes = [(f, note) for f in self.files for note in f.notes]
+        if notes:
+            lines += ["", "## Notes (by design, not residue)", ""]
+            lines += ["| file | construct | note |", "| --- | --- | --- |"]
+            for f, note in notes:
+                lines.append(f"| `{f.path}` | `{note.construct}` | {note.text} |")
         errors = [f for f in self.files if f.status == "error"]
         if errors:
             lines += ["", "## Errors", ""]

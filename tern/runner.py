@@ -78,7 +78,9 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
                 fromfile=f"a/{job.rel}", tofile=f"b/{job.rel}",
             )
         )
-    return FileResult(job.rel, status, edits=result.edits, todos=result.todos, diff=diff), result.code.encode("utf-8")
+    return (FileResult(job.rel, status, edits=result.edits, todos=result.todos, allowed=result.allowed, notes=result.notes,
+                       diff=diff),
+            result.code.encode("utf-8"))
 
 
 def _python_syntax_error(text: str, rel: str, exc: cst.ParserSyntaxError) -> tuple[int, str]:

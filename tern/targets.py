@@ -144,12 +144,14 @@ def _is_docstring_or_future(stmt: cst.CSTNode) -> bool:
 
 
 def finalize_imports(
-    module: cst.Module, plan: ImportPlan, todo_comment
+    module: cst.Module, plan: ImportPlan, todo_comment, kept_comment=None, allowed: frozenset[str] = frozenset(),
 ) -> tuple[cst.Module, list[str], list[str]]:
     """Add scheduled imports; drop unused TF/Keras imports; TODO the used ones.
 
     Returns the module, the imports added and the source imports removed.
-    ``todo_comment(stmt, construct, reason)`` marks a TF import that must stay.
+    ``todo_comment(stmt, construct, reason)`` marks a TF import that must stay;
+    ``kept_comment(stmt)`` marks one whose every use is allowed TF (names in ``allowed``:
+    tf.data), which is not residue.
     """
     body = list(module.body)
     if any(_is_source_import(stmt) for stmt in body):
@@ -173,6 +175,9 @@ def finalize_imports(
                 removed.append(cst.Module([]).code_for_node(stmt).strip())
                 continue
             still = sorted(set(bound) & used)
+            if kept_comment is not None and set(still) <= allowed:
+                kept.append(kept_comment(stmt))
+                continue
             stmt = todo_comment(
                 stmt,
                 "import " + ", ".join(bound[s] for s in still),

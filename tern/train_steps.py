@@ -207,10 +207,16 @@ def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> s
     if reason:
         return reason
     allowed.add(id(calls[0].func))
+    call_at = next(i for i, st in enumerate(tape.body) if any(n is calls[0] for n in ast.walk(st)))
+    for i, st in enumerate(tape.body):
+        for node in ast.walk(st):
+            if isinstance(node, ast.Attribute) and node.attr == "losses" and isinstance(node.value, ast.Name) \
+                    and node.value.id == model and i >= call_at:
+                allowed.add(id(node))  # the terms of this forward pass: keras_model_losses(model_state)
     for node in _own_nodes(fn):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (model, optimizer) \
                 and id(node) not in allowed:
-            what = "Keras collects regularization losses there; add the terms to the loss explicitly" \
+            what = "read outside the tape or before the model's call, where it holds another pass's terms" \
                 if node.attr == "losses" else "no counterpart in a pure step yet"
             return f"`{node.value.id}.{node.attr}` inside the step: {what}"
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and isinstance(node.ctx, ast.Load):
@@ -271,6 +277,10 @@ def _passing_calls(fn, sigs: dict[str, TrainSig]):
 
 def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:
     params = _positional(fn)
+    own = {id(n) for n in _own_nodes(fn)}
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in sigs and sigs[n.func.id].updates
+           and id(n) not in own for n in ast.walk(fn)):
+        return None, "a training call inside a lambda or nested function cannot pass the state on; write a loop"
     pairs = set()
     for call, sig in _passing_calls(fn, sigs):
         if not sig.updates:
@@ -303,20 +313,72 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     for node in _own_nodes(fn):
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than the training calls: not translated yet"
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)):
-            inner = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
-            if any(id(call.func) in inner for call, sig in _passing_calls(fn, sigs) if sig.updates):
-                return None, "a training call inside a comprehension or lambda cannot pass the state on; write a loop"
-        if isinstance(node, (ast.IfExp, ast.BoolOp)):
-            inner = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
-            if any(id(call.func) in inner for call, sig in _passing_calls(fn, sigs) if sig.updates):
-                return None, "a training call inside a conditional expression; make it a statement"
+    for call, sig in _passing_calls(fn, sigs):
+        if sig.updates:
+            reason = _hoist_refusal(fn, call)
+            if reason:
+                return None, reason
     names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
     if "state" in names or "state" in params or any(f"{sig_name(c)}_result" in names for c, _ in _passing_calls(fn, sigs)):
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
         return None, "a generator"
     return TrainSig("threader", params, model, optimizer), None
+
+
+UNROLLED = "results"  # the list a `return [... for ...]` of training calls is built in
+
+
+def _parents(fn: ast.FunctionDef) -> dict[int, ast.AST]:
+    return {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+
+
+def unrollable(fn: ast.FunctionDef, comp: ast.AST, parent: ast.AST) -> bool:
+    """A list comprehension that is a whole statement's value (``xs = [...]``, ``return [...]``),
+    with one ``for`` and no ``if``, whose loop names nothing else in ``fn`` uses: it can
+    become a ``for`` loop appending to the list, so training calls in its element can rebind
+    the state."""
+    if not (isinstance(comp, ast.ListComp) and len(comp.generators) == 1 and not comp.generators[0].ifs
+            and not comp.generators[0].is_async):
+        return False
+    if isinstance(parent, ast.Assign):
+        if not (parent.value is comp and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+            return False
+    elif isinstance(parent, ast.Return):
+        if UNROLLED in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
+            return False
+    else:
+        return False
+    targets = {n.id for n in ast.walk(comp.generators[0].target) if isinstance(n, ast.Name)}
+    inside = {id(n) for n in ast.walk(comp)}
+    return not any(isinstance(n, ast.Name) and n.id in targets and id(n) not in inside for n in ast.walk(fn))
+
+
+def _hoist_refusal(fn: ast.FunctionDef, call: ast.Call) -> str | None:
+    """Why a training call cannot be hoisted into a statement of its own just before its
+    statement (``state, r = step(state, ...)``), if it cannot: it must be evaluated exactly once,
+    there, which lambdas, conditional expressions and comprehension elements do not guarantee.
+    A comprehension's first iterable is evaluated once where the comprehension stands; a
+    statement-level list comprehension (``unrollable``) becomes a loop first."""
+    parents = _parents(fn)
+    child, node = call, parents.get(id(call))
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, ast.Lambda):
+            return "a training call inside a lambda cannot pass the state on"
+        if isinstance(node, (ast.IfExp, ast.BoolOp)):
+            return "a training call inside a conditional expression; make it a statement"
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            first_iter = isinstance(child, ast.comprehension) and child is node.generators[0]
+            if not first_iter:
+                statement = parents.get(id(node))
+                if child is getattr(node, "elt", None) and unrollable(fn, node, statement):
+                    return None
+                return ("a training call inside a comprehension cannot pass the state on (only `xs = [f(...) for x in "
+                        "items]` with one for and no if is rewritten); write a loop")
+        if isinstance(node, ast.comprehension) and child is not node.iter:
+            return "a training call in a comprehension's condition; write a loop"
+        child, node = node, parents.get(id(node))
+    return None
 
 
 def _is_build(node, model: str, optimizer: str) -> bool:

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from tern import graph_functions, kept
 from tern.context import FileContext, FunctionFrame, LayerRef, support_closure
 from tern.convert import Refusal
+from tern.datasets import file_datasets
 from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, source_facts
+from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
 from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.records import ApiRecord, Tables, tables as default_tables
 from tern.render import commas, bind, build_call, code, expand_template, map_arguments
-from tern.report import TODO_MARK, Edit, Todo
+from tern.report import TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.rule import consumed_names, discover
 from tern.targets import ImportPlan, finalize_imports
 
@@ -29,6 +31,8 @@ class Translation:
     code: str
     edits: list[Edit] = field(default_factory=list)
     todos: list[Todo] = field(default_factory=list)
+    allowed: list[AllowedUse] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -49,9 +53,13 @@ _STATEMENTS = (
 class _SourceRefs(cst.CSTVisitor):
     """Canonical TF/Keras names still referenced in a statement (header only for blocks)."""
 
-    def __init__(self, ctx: FileContext):
+    def __init__(self, ctx: FileContext, opaque: set[int] = frozenset()):
         self.ctx = ctx
+        self.opaque = opaque  # graph functions: checked on their own (tern/graph_functions.py)
         self.found: list[str] = []
+
+    def visit_Lambda(self, node) -> bool:
+        return id(node) not in self.opaque
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         name = self.ctx.resolve(node)
@@ -92,6 +100,7 @@ class Translator(cst.CSTTransformer):
         self._not_refs: set[int] = set()
         self._touched_source = [False]
         self._pending_at: list[int] = []
+        self._opaque: set[int] = set()  # graph functions tf.data runs: left exactly as written
 
     # -- scopes ----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -110,7 +119,9 @@ class Translator(cst.CSTTransformer):
             rule.visit_class(self.ctx, node)
         self._touched_source.append(False)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool | None:
+        if graph_functions.is_graph_function(self.ctx, node):
+            return self._keep_graph_function(node)
         self.ctx.scopes.push_function(node)
         self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
@@ -118,12 +129,25 @@ class Translator(cst.CSTTransformer):
             rule.visit_function(self.ctx, node)
         self._touched_source.append(False)
 
-    def visit_Lambda(self, node: cst.Lambda) -> None:
+    def visit_Lambda(self, node: cst.Lambda) -> bool | None:
+        if id(node) in self._opaque:
+            graph_functions.check(self.ctx, node)
+            self.ctx.kept_tf = True
+            return False
         self.ctx.scopes.push_function(node)
 
     def leave_Lambda(self, original, updated):
-        self.ctx.scopes.pop()
+        if id(original) not in self._opaque:
+            self.ctx.scopes.pop()
         return updated
+
+    def _keep_graph_function(self, node: cst.FunctionDef) -> bool:
+        """tf.data runs it in its graph: not rewritten, not offered to rules."""
+        self._opaque.add(id(node))
+        self._touched_source.append(False)
+        graph_functions.check(self.ctx, node)
+        self.ctx.kept_tf = True
+        return False
 
     def visit_SimpleStatementLine(self, node) -> None:
         self._touched_source.append(False)
@@ -155,6 +179,8 @@ class Translator(cst.CSTTransformer):
     def visit_Call(self, node: cst.Call) -> None:
         self._callees.add(id(node.func))
         self._edit_marks.append(len(self.ctx.edits))
+        if self.ctx.datasets is not None:
+            self._opaque.update(id(a) for a in graph_functions.graph_arguments(self.ctx, node) if isinstance(a, cst.Lambda))
 
     def _refuse(self, original: cst.Call, construct: str, reason: str) -> cst.Call:
         """Leave the call exactly as written: a TODO says so, so nothing inside may change."""
@@ -338,6 +364,8 @@ class Translator(cst.CSTTransformer):
     leave_If = leave_For = leave_While = leave_With = leave_Try = _leave_block
 
     def leave_FunctionDef(self, original, updated):
+        if id(original) in self._opaque:
+            return self._finish_statement(updated, opaque=True)
         out = updated
         for rule in self.rules:
             res = rule.leave_function(self.ctx, original, out)
@@ -361,12 +389,12 @@ class Translator(cst.CSTTransformer):
         self.ctx.classes.pop()
         return result
 
-    def _finish_statement(self, node):
-        """Attach pending TODOs, plus one per TF name nothing translated."""
+    def _finish_statement(self, node, opaque: bool = False):
+        """Attach pending TODOs, plus one per TF name nothing translated (and no allowance keeps)."""
         touched = self._touched_source.pop() if len(self._touched_source) > 1 else False
         ctx = self.ctx
-        if touched and isinstance(node, cst.CSTNode) and not isinstance(node, cst.RemovalSentinel):
-            refs = _SourceRefs(ctx)
+        if touched and not opaque and isinstance(node, cst.CSTNode) and not isinstance(node, cst.RemovalSentinel):
+            refs = _SourceRefs(ctx, self._opaque)
             target = node
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 for dec in node.decorators:
@@ -380,6 +408,9 @@ class Translator(cst.CSTTransformer):
             for name in refs.found:
                 short = _short_name(name)
                 if short in covered or name in self.consumed:
+                    continue
+                if ctx.tables.allowance(name) is not None:
+                    ctx.kept_tf = True  # kept on purpose; the report lists it (tern/kept.py)
                     continue
                 covered.add(short)
                 ctx.todo(short, _no_rule_reason(name, ctx.tables))
@@ -439,13 +470,6 @@ def _unparen(original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.B
     return updated
 
 
-def _short_name(name: str) -> str:
-    for prefix, short in (("tensorflow.", "tf."), ("keras.", "keras.")):
-        if name.startswith(prefix):
-            return short + name[len(prefix):]
-    return name
-
-
 def _no_rule_reason(name: str, tables: Tables) -> str:
     record = tables.api.get(name)
     if record is not None and not record.todo and (record.template is not None or record.signature.params):
@@ -464,6 +488,14 @@ def _fn_header(node: cst.CSTNode) -> cst.CSTNode:
     if isinstance(node, cst.FunctionDef):
         return node.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(cst.Ellipsis())])]), leading_lines=[])
     return node
+
+
+def _with_comment(node: cst.CSTNode, comment: str, also_present: set[str] = frozenset()) -> cst.CSTNode:
+    """``node`` with a plain comment line above it, once."""
+    existing = {line.comment.value for line in node.leading_lines if line.comment is not None} | also_present
+    if comment in existing:
+        return node
+    return node.with_changes(leading_lines=[*node.leading_lines, cst.EmptyLine(comment=cst.Comment(comment))])
 
 
 def _with_todo_comments(node: cst.CSTNode, todos: list[Todo], also_present: set[str] = frozenset()) -> cst.CSTNode:
@@ -531,7 +563,7 @@ def translate_module(
         close_over_bases(package)
     ctx = FileContext(
         tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
-        plan=plan, is_test=is_test,
+        plan=plan, is_test=is_test, datasets=_datasets(source, package, tables),
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
@@ -547,16 +579,41 @@ def translate_module(
     def import_todo(stmt, construct, reason):
         return _with_todo_comments(stmt, [Todo(construct, reason)], header)
 
+    allowed, kept_comment = frozenset(), None
+    if ctx.kept_tf and tables.allowed:  # TF left on purpose: is that all an import is used for?
+        reading = kept.read(out.code, package.datasets, tables)
+        allowed = reading.allowed_bindings if reading is not None else frozenset()
+        comment = "# " + tables.allowed[0].import_comment
+
+        def kept_comment(stmt):
+            return _with_comment(stmt, comment, header)
+
     if ctx.edits:
-        out, added, removed = finalize_imports(out, plan, import_todo)
+        out, added, removed = finalize_imports(out, plan, import_todo, kept_comment, allowed)
         for text in removed:
             ctx.edits.append(Edit("imports", text, ""))
         for text in added:
             ctx.edits.append(Edit("imports", "", text))
     else:
-        out, _, _ = finalize_imports(out, ImportPlan(()), import_todo)
+        out, _, _ = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed)
     text = out.code
-    return Translation(text, ctx.edits, todos_in(text))
+    uses = []
+    if ctx.kept_tf:
+        reading = kept.read(text, package.datasets, tables)
+        uses = list(reading.allowed) if reading is not None else []
+    return Translation(text, ctx.edits, todos_in(text), uses, notes=ctx.notes)
+
+
+def _datasets(source: str, package: PackageInfo, tables: Tables):
+    """The file's tf.data facts, when its package uses tf.data at all (else no cost)."""
+    if not package.datasets.used:
+        return None
+    import ast
+
+    try:
+        return file_datasets(ast.parse(source), package.datasets, tables)
+    except (SyntaxError, ValueError):
+        return None
 
 
 def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None) -> Translation:

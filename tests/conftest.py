@@ -6,7 +6,10 @@ the front lets the many quick files fill the other worker meanwhile.
 """
 
 SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
-              "test_server.py")
+              "test_training_verify.py", "test_keras_trainer.py", "test_server.py")
+
+#: packages the tests verify (their own TF tests run inside the sandbox, not in this suite)
+collect_ignore = ["training_data"]
 
 
 def pytest_collection_modifyitems(session, config, items):

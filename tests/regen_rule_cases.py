@@ -8,7 +8,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from tern.translate import translate_source
+from test_rule_cases import translated
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 
@@ -16,7 +16,7 @@ for family in ("structure", "testing"):
     for path in sorted((RULES / family / "cases").glob("*.toml")):
         text = path.read_text()
         for case in tomllib.loads(text)["case"]:
-            new = translate_source(case["before"], is_test=case.get("is_test", False)).code
+            new = translated(case)
             if new != case["after"]:
                 print(f"changed: {path.relative_to(RULES)} {case['name']}")
                 text = text.replace("after = '''\n" + case["after"] + "'''", "after = '''\n" + new + "'''")

@@ -45,7 +45,7 @@ PLACEHOLDER = re.compile(r"\{(\w+)\}")
 SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
 SUPPORT = re.compile(r"\{support:(\w+)\}")
 SUPPORT_DIR = RULES / "support"
-KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.", "keras.metrics.")
+KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.", "keras.metrics.", "keras.regularizers.", "keras.callbacks.")
 
 TABLES = load_tables(RULES)
 MY_FILES = sorted(p.name for p in API_DIR.glob("*.toml"))

@@ -2,8 +2,9 @@
 
 For every package in ``fixtures/tf``: the real CLI, in a subprocess, translates it; the
 output must equal the golden tree in ``fixtures/expected``. Packages
-``fixtures/expected/status.toml`` marks ``pass`` must translate with no residue; those
-marked ``residue`` must report each untranslated construct precisely.
+``fixtures/expected/status.toml`` marks ``pass`` must translate with no residue and
+import no TensorFlow except for tf.data input pipelines; those marked ``residue`` must
+report each untranslated construct precisely.
 
 Running the goldens is ``tests/test_verify.py``'s job: it verifies ``fixtures/expected``
 against ``fixtures/tf`` in the sandbox (original tests under TensorFlow, translated tests
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from tern.evaluation.scan import tensorflow_left
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "tf"
@@ -66,6 +69,14 @@ def test_translation_matches_golden(name, translated):
 def test_complete_translations_leave_no_residue(name, translated):
     _, proc, report = translated[name]
     assert proc.returncode == 0, f"residue or errors left: {report['totals']}\n{proc.stdout}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if STATUS.get(n) == "pass"])
+def test_complete_translations_import_no_tensorflow_except_for_tf_data(name, translated):
+    """Strict: every TF import left is used for tf.data input pipelines alone (tern/kept.py),
+    never a Keras import, never TF outside tf.data or under jax.jit."""
+    out, _, _ = translated[name]
+    assert tensorflow_left(out) == []
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if STATUS.get(n) == "residue"])

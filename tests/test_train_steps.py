@@ -58,13 +58,16 @@ def fit(model, optimizer, loss_fn, batches):
 
 @pytest.mark.parametrize("source, reason", [
     (STEP.replace("tf.GradientTape()", "tf.GradientTape(persistent=True)"), "persistent"),
-    (STEP.replace("        loss = loss_fn(y, logits)\n", "        loss = loss_fn(y, logits) + sum(model.losses)\n"), "model.losses"),
+    (STEP.replace("        logits = model(x, training=True)\n", "        stale = sum(model.losses)\n        logits = model(x, training=True)\n"),
+     "before the model's call"),
     (STEP.replace("        logits = model(x, training=True)\n", "        tape.watch(x)\n        logits = model(x, training=True)\n"), "tape.watch"),
     (STEP.replace("    grads, norm = tf.clip_by_global_norm(grads, 0.5)\n", "    grads = [g * 2 for g in grads]\n    norm = 0\n"),
      "pytree shaped like the params"),
     (STEP.replace("        loss = loss_fn(y, logits)\n", "        loss = loss_fn(y, logits)\n        other = model(x)\n"), "more than once"),
-    (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    return [train_step(model, optimizer, loss_fn, x, y) for _ in range(3)]\n",
+    (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    return [train_step(model, optimizer, loss_fn, x, y) for _ in range(3) if x]\n",
      "comprehension"),
+    (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    return list(map(lambda _: train_step(model, optimizer, loss_fn, x, y), range(3)))\n",
+     "lambda"),
     (STEP + "\ndef loop(model, make, loss_fn, x, y):\n    optimizer = make()\n    return train_step(model, optimizer, loss_fn, x, y)\n",
      "created here"),
 ])

@@ -173,6 +173,12 @@ class GradientTapeStepRule(Rule):
         applied = m.findall(after[apply_i], m.Call(func=m.Name("zip")))[0].args[0].value.value
 
         inner = [new for s in tape.body.body for new in self._model_call(s, sig.model)]
+        losses = m.Attribute(value=m.Name(sig.model), attr=m.Name("losses"))
+        if any(m.findall(s, losses) for s in inner):
+            # Keras' model.losses after the forward pass: the terms it sowed (rules/support/keras_model_losses.py)
+            ctx.support.add("keras_model_losses")
+            terms = cst.parse_expression("keras_model_losses(model_state)")
+            inner = [m.replace(s, losses, terms) for s in inner]
         used_after = _loads(after)
         aux = sorted((_stores(tape.body) & used_after) - {loss})
         aux_names = ["model_state", *aux]

@@ -56,6 +56,8 @@ class KerasTrainingApiRule(Rule):
             return  # a file with no TF, or a TF/Keras symbol itself: the tables' business
         if ctx.frames and ctx.frames[0].tags & {"train_step", "train_state"}:
             return  # a step or state-passing function: tern/train_steps.py checked every such use
+        if id(node) in ctx.rule_state.get("compiled_model_handled", ()):
+            return  # compiled_model_calls.py gave this call its own, more precise TODO
         ctx.todo(f"{_receiver(node.value)}.{node.attr.value}", REASON)
 
 

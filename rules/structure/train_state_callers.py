@@ -16,6 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
+from tern.train_steps import UNROLLED
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
 
 
@@ -119,6 +120,35 @@ class _Thread(cst.CSTTransformer):
         return updated.with_changes(value=state_and(updated.value), whitespace_after_return=cst.SimpleWhitespace(" "))
 
 
+class _Unroll(cst.CSTTransformer):
+    """``xs = [f(x) for x in items]`` (or ``return [...]``) holding a training call becomes a loop
+    appending to ``xs``, so the call can rebind the state (tern/train_steps.py ``unrollable``)."""
+
+    def __init__(self, updating: set[str]):
+        self.updating = updating
+
+    def visit_FunctionDef(self, node):
+        return False
+
+    def leave_SimpleStatementLine(self, original, updated):
+        small = updated.body[0] if len(updated.body) == 1 else None
+        if m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.ListComp())):
+            name, comp = small.targets[0].target.value, small.value
+        elif m.matches(small, m.Return(value=m.ListComp())):
+            name, comp = UNROLLED, small.value
+        else:
+            return updated
+        if not any(c.func.value in self.updating for c in m.findall(comp.elt, m.Call(func=m.Name()))):
+            return updated
+        loop = cst.For(target=comp.for_in.target, iter=comp.for_in.iter, body=cst.IndentedBlock([
+            cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("append")), [cst.Arg(comp.elt)]))])]))
+        lines = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.List([]))],
+                                         leading_lines=updated.leading_lines), loop]
+        if isinstance(small, cst.Return):
+            lines.append(cst.SimpleStatementLine([cst.Return(cst.Name(name))]))
+        return cst.FlattenSentinel(lines)
+
+
 def _is_build(stmt, sig) -> bool:
     return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
         func=m.Attribute(value=m.Name(sig.optimizer), attr=m.Name("build")),
@@ -154,6 +184,8 @@ class TrainStateCallersRule(Rule):
         sig = ctx.package.train[original.name.value]
         body = [s for s in updated.body.body if not (sig.updates and _is_build(s, sig))]
         block = updated.body.with_changes(body=body).visit(_Rename(sig.model))
+        if sig.updates:
+            block = block.visit(_Unroll({n for n, s in ctx.package.train.items() if s.updates}))
         block = block.visit(_Thread(ctx.package, reader=not sig.updates))
         if sig.updates and not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
             block = block.with_changes(body=[*block.body, cst.parse_statement("return state, None\n")])

@@ -50,7 +50,8 @@ def _tern_init(module, *args, **kwargs):
                 layers.setdefault(path[1:], []).append((*path, key))
 
     for collection, tree in variables.items():
-        walk((collection,), tree)
+        if collection != "losses":  # a pass's regularization terms, not weights
+            walk((collection,), tree)
     _TERN_ORDER[id(module)] = [p for paths in layers.values() for p in paths]
     return variables
 
@@ -80,7 +81,10 @@ def _tern_variables(module, collection=None):
 
 
 def _tern_leaves(module, collection=None):
-    return jax.tree_util.tree_leaves(_tern_variables(module, collection))
+    variables = _tern_variables(module, collection)
+    if collection is None:
+        variables = {k: v for k, v in variables.items() if k != "losses"}  # loss terms, not weights
+    return jax.tree_util.tree_leaves(variables)
 '''
 
 BUILT = '''
@@ -232,8 +236,8 @@ class ModuleCallsRule(Rule):
         if isinstance(original.func, cst.Attribute):
             receiver = original.func.value
             kind = self._instance(ctx, receiver)
-            if kind is None:
-                return None
+            if kind is None or id(original.func) in ctx.rule_state.get("compiled_model_handled", ()):
+                return None  # compiled_model_calls.py left this call with its own TODO
             method = original.func.attr.value
             ctx.rule_state["runtime"] = True
             new_receiver = updated.func.value
