@@ -131,24 +131,12 @@ class RunReport:
         ]
         for f in self.files:
             lines.append(f"| `{f.path}` | {f.status} | {len(f.edits)} | {len(f.todos)} |")
-        todos = [(f, t) for f in self.files for t in f.todos]
-        if todos:
-            lines += ["", "## What still needs a human or the LLM fallback", ""]
-            lines += ["| where | construct | reason |", "| --- | --- | --- |"]
-            for f, todo in todos:
-                lines.append(f"| `{f.path}:{todo.line}` | `{todo.construct}` | {todo.reason} |")
-        allowed = [(f, use) for f in self.files for use in f.allowed]
-        if allowed:
-            lines += ["", "## Allowed TF use (kept on purpose, not residue)", ""]
-            lines += ["| where | use | why |", "| --- | --- | --- |"]
-            for f, use in allowed:
-                lines.append(f"| `{f.path}:{use.line}` | `{use.construct}` | {use.why} |")
-        notes = [(f, note) for f in self.files for note in f.notes]
-        if notes:
-            lines += ["", "## Notes (by design, not residue)", ""]
-            lines += ["| file | construct | note |", "| --- | --- | --- |"]
-            for f, note in notes:
-                lines.append(f"| `{f.path}` | `{note.construct}` | {note.text} |")
+        lines += _section("What still needs a human or the LLM fallback", ("where", "construct", "reason"),
+                          [(f"`{f.path}:{t.line}`", f"`{t.construct}`", t.reason) for f in self.files for t in f.todos])
+        lines += _section("Allowed TF use (kept on purpose, not residue)", ("where", "use", "why"),
+                          [(f"`{f.path}:{u.line}`", f"`{u.construct}`", u.why) for f in self.files for u in f.allowed])
+        lines += _section("Notes (by design, not residue)", ("file", "construct", "note"),
+                          [(f"`{f.path}`", f"`{n.construct}`", n.text) for f in self.files for n in f.notes])
         errors = [f for f in self.files if f.status == "error"]
         if errors:
             lines += ["", "## Errors", ""]
@@ -189,3 +177,11 @@ def _agent_markdown(agent: dict) -> list[str]:
             detail = " ".join(u["detail"].split()).replace("|", "\\|")[:200]
             lines.append(f"| `{u['file']}::{u['name']}` | {u['status']} | {u['attempts']} | {u['tokens']} | {detail} |")
     return lines
+
+
+def _section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A Markdown section holding one table, or nothing when there are no rows."""
+    if not rows:
+        return []
+    lines = ["", f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]

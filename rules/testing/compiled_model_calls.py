@@ -32,6 +32,7 @@ from tern.convert import Refusal
 from tern.rule import Rule
 from tern.trainer_calls import rewrite
 from tern.translate import insert_after_imports
+from tern_rules.testing.module_calls import runtime_statements
 
 HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
 INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",
@@ -222,14 +223,7 @@ class CompiledModelCallsRule(Rule):
         if not ctx.rule_state.get("trainer_runtime"):
             return None
         ctx.plan.spell("functools")
-        return insert_after_imports(updated, list(_runtime()))
-
-
-@functools.cache
-def _runtime() -> tuple[cst.CSTNode, ...]:
-    body = list(cst.parse_module(RUNTIME).body)
-    body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    return tuple(body)
+        return insert_after_imports(updated, runtime_statements(RUNTIME))
 
 
 RULE = CompiledModelCallsRule()

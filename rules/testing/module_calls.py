@@ -303,6 +303,13 @@ def _parsed(text: str) -> tuple[cst.CSTNode, ...]:
     return tuple(cst.parse_module(text).body)
 
 
+def runtime_statements(text: str) -> list[cst.CSTNode]:
+    """A test runtime block's statements, set off by two blank lines, ready to insert after the imports."""
+    body = list(_parsed(text))
+    body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return body
+
+
 @functools.cache
 def _runtime() -> tuple[cst.CSTNode, ...]:
     return tuple(cst.parse_module(RUNTIME).body)

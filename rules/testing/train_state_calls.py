@@ -15,14 +15,12 @@ first use); ``optimizer.iterations`` reads the saved step count.
 
 from __future__ import annotations
 
-import functools
-
 import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
 from tern.translate import insert_after_imports
-from tern_rules.testing.module_calls import assigned_pairs
+from tern_rules.testing.module_calls import assigned_pairs, runtime_statements
 
 RUNTIME = '''
 
@@ -149,14 +147,7 @@ class TrainStateCallsRule(Rule):
         if not ctx.rule_state.get("train_runtime"):
             return None
         ctx.plan.spell("optax")
-        return insert_after_imports(updated, list(_runtime()))
-
-
-@functools.cache
-def _runtime() -> tuple[cst.CSTNode, ...]:
-    body = list(cst.parse_module(RUNTIME).body)
-    body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    return tuple(body)
+        return insert_after_imports(updated, runtime_statements(RUNTIME))
 
 
 RULE = TrainStateCallsRule()
