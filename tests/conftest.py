@@ -6,7 +6,9 @@ the front lets the many quick files fill the other worker meanwhile.
 """
 
 SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
-              "test_training_verify.py", "test_keras_trainer.py", "test_server.py")
+              "test_training_verify.py", "test_keras_trainer.py", "test_server.py", "test_tf_data.py",
+              "test_training_tables.py", "test_regularizers.py", "test_train_steps.py", "test_layer_cases.py",
+              "test_api_cases.py")
 
 #: packages the tests verify (their own TF tests run inside the sandbox, not in this suite)
 collect_ignore = ["training_data"]
