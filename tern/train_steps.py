@@ -378,6 +378,8 @@ def _hoist_refusal(fn: ast.FunctionDef, call: ast.Call) -> str | None:
         if isinstance(node, ast.comprehension) and child is not node.iter:
             return "a training call in a comprehension's condition; write a loop"
         child, node = node, parents.get(id(node))
+    if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.Match)):
+        return "a training call in the header of an if/for/while/with; assign its result first"
     return None
 
 

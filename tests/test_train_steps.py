@@ -68,6 +68,8 @@ def fit(model, optimizer, loss_fn, batches):
      "comprehension"),
     (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    return list(map(lambda _: train_step(model, optimizer, loss_fn, x, y), range(3)))\n",
      "lambda"),
+    (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    if train_step(model, optimizer, loss_fn, x, y)[0] > 1:\n        return 1\n",
+     "header"),
     (STEP + "\ndef loop(model, make, loss_fn, x, y):\n    optimizer = make()\n    return train_step(model, optimizer, loss_fn, x, y)\n",
      "created here"),
 ])
