@@ -213,14 +213,17 @@ def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> s
             if isinstance(node, ast.Attribute) and node.attr == "losses" and isinstance(node.value, ast.Name) \
                     and node.value.id == model and i >= call_at:
                 allowed.add(id(node))  # the terms of this forward pass: keras_model_losses(model_state)
-    for node in _own_nodes(fn):
+    own = list(_own_nodes(fn))
+    # the names inside the allowed uses: the model call's callee, `M.trainable_variables`, `O.apply_gradients`
+    allowed_names = {id(n.value) if isinstance(n, ast.Attribute) else id(n) for n in own if id(n) in allowed}
+    for node in own:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in (model, optimizer) \
                 and id(node) not in allowed:
             what = "read outside the tape or before the model's call, where it holds another pass's terms" \
                 if node.attr == "losses" else "no counterpart in a pure step yet"
             return f"`{node.value.id}.{node.attr}` inside the step: {what}"
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and isinstance(node.ctx, ast.Load):
-            if not _is_allowed_name(node, allowed, fn):
+            if id(node) not in allowed_names:
                 return f"`{node.id}` is used other than by calling the model inside the tape"
     return None
 
@@ -246,14 +249,6 @@ def _hoistable(tape: ast.With, call: ast.Call, fn, model: str) -> str | None:
     if not direct and f"{model}_outputs" in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
         return f"the step already uses the name `{model}_outputs`, which its translation needs"
     return None
-
-
-def _is_allowed_name(name: ast.Name, allowed: set[int], fn) -> bool:
-    for node in _own_nodes(fn):
-        if id(node) in allowed:
-            if node is name or (isinstance(node, ast.Attribute) and node.value is name):
-                return True
-    return False
 
 
 # -- threaders and readers --------------------------------------------------------
