@@ -202,6 +202,14 @@ def support_closure(names) -> list[str]:
     return sorted(out)
 
 
+@functools.lru_cache(maxsize=1)
+def support_names() -> frozenset[str]:
+    """The names of ``rules/support``'s definitions (each file defines the one it is named after)."""
+    from tern.records import rules_root
+
+    return frozenset(p.stem for p in (rules_root() / "support").glob("*.py"))
+
+
 @functools.lru_cache(maxsize=256)
 def _support_uses(name: str) -> tuple[str, ...]:
     import ast

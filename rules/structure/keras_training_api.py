@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from tern.context import support_names
 from tern.rule import Rule
 
 METHODS = frozenset({
@@ -23,6 +24,13 @@ ATTRIBUTES = frozenset({"trainable_variables", "trainable_weights", "non_trainab
                         "losses"})
 REASON = ("Keras training API, if this is a Keras model or optimizer: no Flax counterpart yet "
           "(write the train state, optax step and loop, or leave it to the LLM fallback)")
+
+
+def _root(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The leftmost name of ``a.b(c).d``: what the chain starts from."""
+    while isinstance(node, (cst.Attribute, cst.Call, cst.Subscript)):
+        node = node.value if isinstance(node, (cst.Attribute, cst.Subscript)) else node.func
+    return node
 
 
 def _receiver(node: cst.BaseExpression) -> str:
@@ -54,8 +62,12 @@ class KerasTrainingApiRule(Rule):
     def _flag(ctx, node: cst.Attribute) -> None:
         if not ctx.scopes.imports_source or ctx.resolve(node) is not None:
             return  # a file with no TF, or a TF/Keras symbol itself: the tables' business
-        if ctx.frames and ctx.frames[0].tags & {"train_step", "train_state"}:
-            return  # a step or state-passing function: tern/train_steps.py checked every such use
+        if ctx.frames and ctx.frames[0].tags & {"train_step", "train_state", "step_override"}:
+            return  # a step, a state-passing function or a Keras step override: tern/train_steps.py,
+            # tern/step_overrides.py checked every such use
+        root = _root(node.value)
+        if isinstance(root, cst.Name) and root.value in support_names():
+            return  # tern's own support API (``KerasTrainer.of(model).fit``), a translation already
         if id(node) in ctx.rule_state.get("compiled_model_handled", ()):
             return  # compiled_model_calls.py gave this call its own, more precise TODO
         ctx.todo(f"{_receiver(node.value)}.{node.attr.value}", REASON)
