@@ -14,7 +14,9 @@ receiver is known to be a model, decided package-wide and once, here, on Python'
 
 A ``fit`` on a model whose sources (the classes and functions it came through) change what
 Keras' fit does in a way the trainer cannot reproduce is refused, with the reason: layers
-frozen with ``trainable = False``, ``train_step``/``test_step`` overrides. (Regularization
+frozen with ``trainable = False`` inside a class (a package function's freezing reaches the
+trainer through the module's ``KerasTrainable`` table), ``train_step``/``test_step`` overrides that
+``tern/step_overrides.py`` does not translate (those it translates the trainer runs). (Regularization
 losses are not among them: translated modules sow them into the ``losses`` collection, which
 the trainer adds to the loss as Keras adds ``model.losses``.) The rewrites live in
 ``tern/trainer_calls.py`` and the two rules that use it.
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+
+from tern.step_overrides import ClassSteps, analyse_class
 
 #: methods and attributes of a Keras model the trainer stands in for
 TRAINER_METHODS = frozenset({
@@ -52,7 +56,9 @@ class ModelFacts:
     keras_params: dict[str, frozenset[str]] = field(default_factory=dict)
     #: class -> the Keras training methods it overrides
     overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: classes/functions that set a ``trainable`` flag
+    #: class -> which of its overrides are translated, and why the others are not (``tern/step_overrides.py``)
+    steps: dict[str, ClassSteps] = field(default_factory=dict)
+    #: classes that set a ``trainable`` flag (package functions that do set the module's KerasTrainable table)
     freezing: set[str] = field(default_factory=set)
 
 
@@ -64,7 +70,9 @@ def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts)
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name in OVERRIDES:
                     facts.overrides[node.name] = (*facts.overrides.get(node.name, ()), item.name)
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            if node.name in facts.overrides:
+                facts.steps[node.name] = analyse_class(node)
+        if isinstance(node, ast.ClassDef):  # a function's flags: rules/structure/frozen_layers.py, which the trainer reads
             for inner in ast.walk(node):
                 if isinstance(inner, (ast.Assign, ast.AugAssign)) and any(
                         isinstance(t, ast.Attribute) and t.attr == "trainable"
@@ -72,14 +80,33 @@ def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts)
                     facts.freezing.add(node.name)
 
 
-#: which overridden methods change which Keras call (compile configures what the steps use)
-AFFECTED = {
-    "train_step": {"compile", "fit"},
-    "test_step": {"compile", "fit", "evaluate"},
-    "predict_step": {"predict"},
-    "compute_loss": {"compile", "fit", "evaluate"},
-    "compute_metrics": {"compile", "fit", "evaluate"},
-}
+def override_refusal(facts: ModelFacts, cls: str, method: str) -> str | None:
+    """Why ``model.<method>(...)`` cannot run on the trainer, given ``cls``'s overrides (None: it can).
+
+    ``fit`` runs a translated ``train_step``, ``evaluate`` a translated ``test_step``; the
+    trainer's default steps stand in for Keras' only where no override changes what they
+    call (``compute_loss``, ``compute_metrics``) or report (a class with its own steps has
+    its own ``metrics``). ``compile`` is refused when both ``fit`` and ``evaluate`` are.
+    """
+    if method == "compile":
+        fit, evaluate = override_refusal(facts, cls, "fit"), override_refusal(facts, cls, "evaluate")
+        return fit if fit and evaluate else None
+    steps = facts.steps.get(cls, ClassSteps())
+    overridden = set(facts.overrides.get(cls, ()))
+    own = {"fit": "train_step", "evaluate": "test_step", "predict": "predict_step"}.get(method)
+    if own is None:
+        return None
+    if own in overridden:
+        if own in steps.plans:
+            return None
+        why = steps.refusals.get(own, "not translated yet")
+        return f"`{cls}` overrides `{own}`, which Keras' {method} runs instead of its default step: {why}"
+    changed = sorted(overridden & {"compute_loss", "compute_metrics", "train_step", "test_step"}) if method != "predict" else []
+    if changed:
+        what = ", ".join(f"`{m}`" for m in changed)
+        return (f"`{cls}` overrides {what} but not `{own}`: Keras' default `{own}` then reports the class's own "
+                "`metrics` and loss methods, which the trainer's default step does not: not translated yet")
+    return None
 
 
 def refusal(facts: ModelFacts, sources: Sources, reaches, method: str) -> str | None:
@@ -93,17 +120,15 @@ def refusal(facts: ModelFacts, sources: Sources, reaches, method: str) -> str | 
         targets = frozenset(targets)
         return next((n for n in names if n in targets or reaches(n, targets)), None)
 
-    overriding = {c: next((m for m in ms if method in AFFECTED[m]), None) for c, ms in facts.overrides.items()}
-    overriding = {c: m for c, m in overriding.items() if m is not None}
+    overriding = {c: why for c in facts.overrides if (why := override_refusal(facts, c, method)) is not None}
     owner = hit(overriding)
     if owner is not None:
         cls = owner if owner in overriding else next(c for c in sorted(overriding) if reaches(owner, frozenset({c})))
-        return (f"`{cls}` overrides `{overriding[cls]}`, which Keras' fit/evaluate/predict run instead of their "
-                "default step: train_step/test_step/predict_step overrides are not translated yet")
+        return overriding[cls]
     owner = hit(facts.freezing) if method in ("compile", "fit") else None
     if owner is not None:
-        return (f"`{owner}` sets `trainable` on layers, which Keras' fit leaves untouched; the trainer updates every "
-                "param: not translated yet (optax.masked / optax.multi_transform over the frozen subtrees)")
+        return (f"`{owner}` sets `trainable` on its own layers, which Keras' fit leaves untouched; only flags set "
+                "on a model's layers by package functions reach the trainer (KerasTrainable): not translated yet")
     return None
 
 

@@ -22,10 +22,35 @@ class Stateless:
 
 
 def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | Stateless | Refusal:
-    """The Flax form of ``keras.layers.X(...)``: a module expression, or a Stateless."""
+    """The Flax form of ``keras.layers.X(...)``: a module expression, or a Stateless.
+
+    In a functional model's graph (a compact ``__call__``) the layer keeps its Keras
+    ``name=`` as its Flax name, so ``model.get_layer(name)`` finds it in the variables tree;
+    elsewhere (``setup``, ``nn.Sequential`` items) Flax names submodules by attribute.
+    """
     bound = bind(call, record.signature.params, extra_ok=LAYER_BOOKKEEPING | {"trainable", "dtype"})
     if isinstance(bound, Refusal):
         return bound
+    name = bound.args.get("name")
+    frame = getattr(ctx, "frame", None)
+    if name is None or m.matches(name, m.Name("None")) or frame is None or "functional" not in frame.tags:
+        name = None
+    return _construct(ctx, record, bound, name)
+
+
+def _named(module: cst.BaseExpression, name: cst.BaseExpression | None) -> cst.BaseExpression:
+    """``module`` given ``name=``: the module holding the layer's variables, not a wrapper around it (a
+    module built inside a compact method is bound there, so its variables sit under its own name)."""
+    if name is None:
+        return module
+    args = list(module.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(name, keyword=cst.Name("name"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return module.with_changes(args=args)
+
+
+def _construct(ctx, record: LayerRecord, bound: Bound, flax_name: cst.BaseExpression | None) -> cst.BaseExpression | Stateless | Refusal:
     for name in ("trainable", "dtype"):
         if name in bound.args and name not in record.signature.params:
             return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here")
@@ -61,6 +86,7 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
             return module
     else:
         module = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+        module = _named(module, flax_name)  # a template may build its submodules inline: those stay auto-named
     if regularization:
         if record.output_template is not None:
             return Refusal("regularizers of a layer whose output is post-processed (a last step) are not recorded yet")

@@ -54,6 +54,8 @@ class PackageInfo:
     datasets: PackageDatasets = field(default_factory=PackageDatasets)
     #: which names hold compiled Keras models, and what keeps their fit from the trainer (``tern/compiled_models.py``)
     models: ModelFacts = field(default_factory=ModelFacts)
+    #: top-level functions that return a Keras optimizer they build (``return keras.optimizers.Adam(...)``)
+    optimizer_factories: set[str] = field(default_factory=set)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -114,6 +116,32 @@ def _returns_model(fn: ast.FunctionDef) -> bool:
     return False
 
 
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_optimizer_call(node) -> bool:
+    """``tf.keras.optimizers.Adam(...)``, ``keras.optimizers.SGD(...)``, ``optimizers.AdamW(...)``: not a schedule."""
+    if not isinstance(node, ast.Call):
+        return False
+    parts = _dotted(node.func).split(".")
+    return "optimizers" in parts[:-1] and "schedules" not in parts
+
+
+def _returns_optimizer(fn: ast.FunctionDef) -> bool:
+    """Every ``return`` of ``fn`` gives a Keras optimizer built there (directly or through one name)."""
+    own = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    built = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _is_optimizer_call(n.value)
+             for t in n.targets if isinstance(t, ast.Name)}
+    rebound = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and not _is_optimizer_call(n.value)
+               for t in n.targets if isinstance(t, ast.Name)}
+    return bool(own) and all(_is_optimizer_call(r.value) or (isinstance(r.value, ast.Name) and r.value.id in built
+                                                               and r.value.id not in rebound) for r in own)
+
+
 def training_layer_names() -> frozenset[str]:
     """Class names of the layers whose call mapping uses the training flag (from the tables)."""
     from tern.records import DROP, tables
@@ -150,6 +178,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
+            if _returns_optimizer(node):
+                info.optimizer_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
             info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))

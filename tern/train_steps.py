@@ -9,8 +9,9 @@ it, so the decision is package-wide and made once, here, on Python's ``ast``:
   ``grads = tape.gradient(loss, M.trainable_variables)`` and one
   ``O.apply_gradients(zip(grads, M.trainable_variables))``, M and O parameters;
 - a **threader** passes two of its parameters as a step's (or threader's) model and
-  optimizer, and uses them for nothing else (``O.build(M.trainable_variables)`` aside):
-  it threads the state the same way;
+  optimizer, and uses them for nothing else (``O.build(M.trainable_variables)`` aside,
+  and reads of ``O.learning_rate`` / ``O.iterations``, which the state answers): it
+  threads the state the same way;
 - a **reader** only calls a parameter the way Keras calls a model for inference
   (``model(x, training=False)``) or passes it on as a reader's model: it takes the state
   and reads the variables.
@@ -25,6 +26,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tern import train_checkpoints
+
 #: names the rewritten functions introduce; a function already using one is left alone
 INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
 TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
@@ -34,14 +37,18 @@ TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
 class TrainSig:
     """How a translated training function is called: state in ``model``'s place, ``optimizer`` dropped."""
 
-    kind: str  # "step", "threader" or "reader"
+    kind: str  # "step", "threader", "reader" or "checkpointer" (``tern/train_checkpoints.py``)
     params: tuple[str, ...]
     model: str
     optimizer: str | None = None
+    #: a checkpointer's returned values that are checkpoints/managers (``("checkpoint", "manager")``)
+    returns: tuple[str | None, ...] = ()
+    #: local names bound to a translated checkpoint or manager, with their role
+    checkpoints: tuple[tuple[str, str], ...] = ()
 
     @property
     def updates(self) -> bool:
-        return self.kind != "reader"
+        return self.kind in ("step", "threader")
 
 
 def _tail(node: ast.expr) -> str:
@@ -285,6 +292,8 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
             return None, f"`{sig_name(call)}` gets a model or optimizer that is not a plain name"
         pairs.add((m_arg.id, o_arg.id))
     if not pairs:
+        pairs = train_checkpoints.restoring_pair(fn, sigs, params or ())
+    if not pairs:
         return None, None
     if params is None or len(pairs) != 1:
         return None, "several models/optimizers, or *args/**kwargs, around the training calls"
@@ -302,9 +311,16 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
                 arg = _arg_at(call, sig, param)
                 if arg is not None:
                     allowed.add(id(arg))
+    parents = _parents(fn)
     for node in _own_nodes(fn):
         if _is_build(node, model, optimizer):
             allowed.update({id(node.value.func.value), id(node.value.args[0].value)})
+        if _is_optimizer_read(node, optimizer, parents):
+            allowed.add(id(node.value))
+    saved, _, reason = train_checkpoints.uses(fn, sigs, model, optimizer, list(_own_nodes(fn)))
+    if reason:
+        return None, reason
+    allowed |= saved
     for node in _own_nodes(fn):
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than the training calls: not translated yet"
@@ -318,7 +334,7 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
         return None, "a generator"
-    return TrainSig("threader", params, model, optimizer), None
+    return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs)), None
 
 
 UNROLLED = "results"  # the list a `return [... for ...]` of training calls is built in
@@ -385,6 +401,20 @@ def _is_build(node, model: str, optimizer: str) -> bool:
             and _trainable_of(node.value.args[0], model))
 
 
+#: optimizer attributes a threader may read: Keras' values at the threaded state's step
+#: (``state.step``, ``state.tx.learning_rate_at(state.step)``)
+OPTIMIZER_READS = frozenset({"learning_rate", "iterations"})
+
+
+def _is_optimizer_read(node, optimizer: str, parents: dict[int, ast.AST]) -> bool:
+    """``O.learning_rate`` / ``O.iterations`` read as a value (not assigned, not ``O.iterations.assign(...)``)."""
+    if not (isinstance(node, ast.Attribute) and node.attr in OPTIMIZER_READS and isinstance(node.ctx, ast.Load)
+            and isinstance(node.value, ast.Name) and node.value.id == optimizer):
+        return False
+    parent = parents.get(id(node))
+    return not (isinstance(parent, ast.Attribute) and parent.value is node)
+
+
 def sig_name(call: ast.Call) -> str:
     return _tail(call.func)
 
@@ -405,7 +435,7 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
         passed = {}
         for call, sig in _passing_calls(fn, sigs):
             arg = _arg_at(call, sig, sig.model)
-            if arg is not None and not sig.updates:
+            if arg is not None and sig.kind == "reader":
                 passed[id(arg)] = call
         for use in uses:
             if id(use) in passed:
@@ -433,6 +463,7 @@ def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict
             sigs[fn.name] = sig
         elif reason:
             refusals[fn.name] = reason
+    train_checkpoints.checkpointers(functions, sigs, refusals)
     changed = True
     while changed:
         changed = False

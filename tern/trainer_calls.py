@@ -23,7 +23,7 @@ import re
 
 import libcst as cst
 
-from tern.compiled_models import TRAINER_METHODS
+from tern.compiled_models import TRAINER_METHODS, refusal
 from tern.convert import Refusal
 from tern.render import code
 
@@ -61,6 +61,20 @@ def rewrite(ctx, original: cst.Call, updated: cst.Call, trainer: cst.BaseExpress
     if method in ("save_weights", "load_weights"):
         ctx.note(f"model.{method}", CHECKPOINT_NOTE)
     return updated.with_changes(func=cst.Attribute(value=trainer, attr=cst.Name(method)), args=out)
+
+
+def call_refusal(ctx, sources, call: cst.Call) -> str | None:
+    """Why ``call`` (``model.<method>(...)`` on a model from ``sources``) cannot use the trainer, if it cannot:
+    ``tern/compiled_models.py``'s reason, and for a ``fit`` that validates, ``evaluate``'s too."""
+    method = call.func.attr.value
+    why = refusal(ctx.package.models, sources, ctx.package.reaches, method)
+    if why is None and method == "fit":
+        bound = _bound(call, FIT)
+        if not isinstance(bound, Refusal) and {"validation_data", "validation_split"} & set(bound):
+            why = refusal(ctx.package.models, sources, ctx.package.reaches, "evaluate")
+            if why is not None:
+                why = f"fit validates with Keras' evaluate after each epoch: {why}"
+    return why
 
 
 def _shuffles(call: cst.Call) -> bool:

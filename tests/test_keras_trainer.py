@@ -601,3 +601,130 @@ def test_a_test_and_package_code_share_one_model_state(tmp_path):
 
 
 X_SYNC = np.linspace(-1.0, 1.0, 32, dtype="float32").reshape(8, 4)
+
+
+OVERRIDES = '''
+import tensorflow as tf
+from tensorflow import keras
+
+
+class Sampling(keras.layers.Layer):
+
+    def call(self, inputs):
+        z_mean, z_log_var = inputs
+        epsilon = tf.random.normal(shape=tf.shape(z_mean))
+        return z_mean + tf.exp(0.5 * z_log_var) * epsilon
+
+
+class VAE(keras.Model):
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(6, activation="relu")
+        self.mean = keras.layers.Dense(2)
+        self.log_var = keras.layers.Dense(2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(-30.0))
+        self.sampling = Sampling()
+        self.decoded = keras.layers.Dense(4, activation="sigmoid")
+        self.total_loss_tracker = keras.metrics.Mean(name="total_loss")
+        self.kl_loss_tracker = keras.metrics.Mean(name="kl_loss")
+
+    @property
+    def metrics(self):
+        return [self.total_loss_tracker, self.kl_loss_tracker]
+
+    def call(self, inputs):
+        return self.decoded(self.mean(self.hidden(inputs)))
+
+    def losses_of(self, data):
+        h = self.hidden(data)
+        z_mean, z_log_var = self.mean(h), self.log_var(h)
+        reconstruction = self.decoded(self.sampling([z_mean, z_log_var]))
+        rec = tf.reduce_mean(tf.reduce_sum(tf.square(data - reconstruction), axis=1))
+        kl = tf.reduce_mean(tf.reduce_sum(-0.5 * (1 + z_log_var - tf.square(z_mean) - tf.exp(z_log_var)), axis=1))
+        return rec + kl, kl
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            total_loss, kl_loss = self.losses_of(data)
+        grads = tape.gradient(total_loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.total_loss_tracker.update_state(total_loss)
+        self.kl_loss_tracker.update_state(kl_loss)
+        return {m.name: m.result() for m in self.metrics}
+
+    def test_step(self, data):
+        total_loss, kl_loss = self.losses_of(data)
+        self.total_loss_tracker.update_state(total_loss)
+        self.kl_loss_tracker.update_state(kl_loss)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def compile_vae(model):
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01))
+    return model
+
+
+def fit(model, x, x_val):
+    return model.fit(x, epochs=3, batch_size=8, shuffle=False, validation_data=(x_val,), verbose=0)
+
+
+def evaluate(model, x, batch_size, return_dict=False):
+    return model.evaluate(x, batch_size=batch_size, verbose=0, return_dict=return_dict)
+
+
+def tracked(model):
+    return [(m.name, float(m.result())) for m in model.metrics]
+
+
+def example(x):
+    model = compile_vae(VAE())
+    fit(model, x, x)
+    evaluate(model, x, 8)
+    tracked(model)
+'''
+
+
+def test_train_step_and_test_step_overrides_match_keras():
+    """A VAE whose fit/evaluate run its own ``train_step``/``test_step`` with two trackers
+    (rules/structure/keras_step_override.py): the same History (trackers reset every epoch,
+    ``val_`` logs from ``test_step``), weights, iterations, evaluate (list and dict, a partial
+    batch) and tracker state afterwards. The posterior log-variance starts at -30 (zero
+    kernel), so the sample is the mean up to exp(-15) ~ 3e-7 and the two RNGs do not matter
+    within tolerance; the sampling still runs, on the trainer's noise key."""
+    result = translate_source(OVERRIDES)
+    assert not result.todos, f"the translation left TODOs:\n{result.code}"
+    jax_ns: dict = {}
+    exec(compile(result.code, "<translation>", "exec"), jax_ns)  # noqa: S102
+    tf_ns: dict = {}
+    exec(compile(OVERRIDES, "<keras>", "exec"), tf_ns)  # noqa: S102
+    rng = np.random.default_rng(7)
+    # batches of 8, 8, 4 (training) and 8, 4 (validation): one partial batch each, and no other
+    # shapes, so each step compiles twice
+    x, x_val = rng.random((20, 4)).astype("float32"), rng.random((12, 4)).astype("float32")
+    keras.utils.set_random_seed(3)
+    km, jm = tf_ns["VAE"](), jax_ns["VAE"]()
+    km.losses_of(x[:1])  # builds every layer, in creation order
+    trainer = jax_ns["KerasTrainer"].of(jm)
+    key = jax.random.key(0)
+    trainer.set_variables(jm.init({"params": key, "noise": key}, x[:1], method="losses_of"))  # eager: keeps the order
+    trainer.set_weights(km.get_weights())
+    assert [m.name for m in jm.metrics] == [m.name for m in km.metrics] == ["total_loss", "kl_loss"]
+    tf_ns["compile_vae"](km)
+    jax_ns["compile_vae"](jm)
+    want, got = tf_ns["fit"](km, x, x_val), jax_ns["fit"](jm, x, x_val)
+    assert sorted(want.history) == ["kl_loss", "total_loss", "val_kl_loss", "val_total_loss"]
+    _same_history(got, want)
+    _same_weights(tf_ns, jax_ns, km, jm)
+    assert trainer.iterations == int(km.optimizer.iterations) == 3 * 3
+    # after fit the trackers hold the last validation's means (Keras' evaluate reset them)
+    assert [n for n, _ in jax_ns["tracked"](jm)] == [n for n, _ in tf_ns["tracked"](km)]
+    _close([v for _, v in jax_ns["tracked"](jm)], [v for _, v in tf_ns["tracked"](km)], "trackers after fit")
+    _close([v for _, v in tf_ns["tracked"](km)], [want.history["val_total_loss"][-1], want.history["val_kl_loss"][-1]],
+           "Keras' trackers after fit")
+    # evaluate: the trackers' means over the batches (each batch's mean counts once, the partial one too)
+    want_list, got_list = tf_ns["evaluate"](km, x, 8), jax_ns["evaluate"](jm, x, 8)
+    assert len(got_list) == len(want_list) == 2
+    _close(got_list, want_list, "evaluate")
+    want_dict, got_dict = tf_ns["evaluate"](km, x_val, 8, True), jax_ns["evaluate"](jm, x_val, 8, True)
+    assert list(got_dict) == list(want_dict) == ["kl_loss", "total_loss"]
+    _close(list(got_dict.values()), list(want_dict.values()), "evaluate(return_dict=True)")

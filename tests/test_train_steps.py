@@ -173,3 +173,77 @@ def test_a_wrong_optimizer_default_is_caught(both_sides):
         state, _ = translated["train_step"](state, jax_loss, x, y)
     got, want = flatten(state.variables()), flatten(graft(init, keras_units(keras_model))[0])
     assert max(float(np.max(np.abs(got[p] - want[p]))) for p in want) > 1e-5
+
+
+FROZEN = '''
+import tensorflow as tf
+
+
+def make_model():
+    inputs = tf.keras.Input((3,))
+    x = tf.keras.layers.Dense(4, activation="tanh", name="body")(inputs)
+    outputs = tf.keras.layers.Dense(2, name="head")(x)
+    return tf.keras.Model(inputs, outputs)
+
+
+def freeze_backbone(model, head_name="head"):
+    for layer in model.layers:
+        if layer.name != head_name:
+            layer.trainable = False
+    return model
+'''
+
+
+def test_frozen_layers_match_keras_over_three_adamw_steps():
+    """Keras' optimizer only sees trainable variables: no update, no weight decay for the frozen
+    body; the head follows AdamW exactly. Without the mask the body would decay and move."""
+    source = FROZEN + STEP
+    original: dict = {}
+    exec(compile(source, "<original>", "exec"), original)  # noqa: S102 - test source above
+    result = translate_source(source)
+    assert not result.todos, result.code
+    assert "for layer in KerasLayer.all(model):" in result.code and 'name="head"' in result.code
+    translated: dict = {}
+    exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
+    rng = np.random.default_rng(2)
+    batches = [(rng.standard_normal((8, 3)).astype("float32"), rng.integers(0, 2, 8).astype("int32")) for _ in range(3)]
+    adamw = "tf.keras.optimizers.AdamW(learning_rate=0.05, weight_decay=0.1)"
+
+    tf.keras.utils.set_random_seed(0)
+    keras_model = original["freeze_backbone"](original["make_model"]())
+    units = keras_units(keras_model)
+    assert [v.path for v in keras_model.trainable_variables] == ["head/kernel", "head/bias"]
+    optimizer = eval(adamw)  # noqa: S307 - the literal above
+    optimizer.build(keras_model.trainable_variables)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    keras_out = [tuple(float(v) for v in original["train_step"](keras_model, optimizer, loss_fn, x, y)) for x, y in batches]
+
+    module = translated["freeze_backbone"](translated["make_model"]())
+    assert translated["KerasLayer"].get(module, "body").trainable is False
+    init = module.init(jax.random.key(0), jnp.zeros((1, 3)))
+    variables, problems = graft(init, units)
+    assert not problems
+    jax_loss = translated_object("tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)")
+
+    def run(state):
+        out = []
+        for x, y in batches:
+            state, (loss, norm) = translated["train_step"](state, jax_loss, x, y)
+            out.append((float(loss), float(norm)))
+        return state, out
+
+    state, jax_out = run(translated["KerasTrainState"].of_module(module, variables, translated_object(adamw)))
+    np.testing.assert_allclose(jax_out, keras_out, rtol=1e-5, atol=1e-6)
+    want, _ = graft(init, keras_units(keras_model))
+    got, want, before = flatten(state.variables()), flatten(want), flatten(variables)
+    assert got.keys() == want.keys()
+    for path in want:
+        np.testing.assert_allclose(got[path], want[path], rtol=1e-5, atol=1e-6, err_msg="/".join(path))
+        if "body" in path:
+            np.testing.assert_array_equal(got[path], before[path])
+        else:
+            assert np.max(np.abs(got[path] - before[path])) > 1e-3, path
+
+    unmasked, _ = run(translated["KerasTrainState"].from_variables(module.apply, variables, translated_object(adamw)))
+    moved = flatten(unmasked.variables())
+    assert max(float(np.max(np.abs(moved[p] - want[p]))) for p in want if "body" in p) > 1e-3

@@ -145,3 +145,72 @@ def test_plain_optax_differs(name, keras_code, optax_code, why):
     jax_steps = optax_trajectory(eval(optax_code, {"optax": optax, "lr": eval(JAX_SCHEDULE, {"optax": optax})}), grads)  # noqa: S307
     with pytest.raises(AssertionError):
         compare(keras_steps, jax_steps)
+
+
+# Learning-rate reads: Keras' `optimizer.learning_rate` is the rate of the NEXT update,
+# schedule(iterations); the translation reads `tx.learning_rate_at(count)` (support/KerasOptimizer.py).
+# A custom LearningRateSchedule subclass is translated too (structure/learning_rate_schedule.py).
+CUSTOM_SCHEDULE = '''
+import math
+
+
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    def __init__(self, peak, warmup_steps, decay_steps, alpha=0.0):
+        super().__init__()
+        self.peak = peak
+        self.warmup_steps = warmup_steps
+        self.decay_steps = decay_steps
+        self.alpha = alpha
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = self.peak * step / self.warmup_steps
+        progress = tf.clip_by_value((step - self.warmup_steps) / self.decay_steps, 0.0, 1.0)
+        decayed = self.peak * ((1.0 - self.alpha) * 0.5 * (1.0 + tf.cos(math.pi * progress)) + self.alpha)
+        return tf.where(step < self.warmup_steps, warm, decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "decay_steps": self.decay_steps, "alpha": self.alpha}
+'''
+LEARNING_RATES = [
+    ("custom_schedule_adamw", "keras.optimizers.AdamW(WarmupCosine(0.1, 3, 4, alpha=0.2), weight_decay=0.1, clipvalue=0.5)"),
+    ("builtin_warmup_sgd", "keras.optimizers.SGD(keras.optimizers.schedules.CosineDecay(0.0, 4, alpha=0.1, warmup_target=0.1, warmup_steps=3), momentum=0.9)"),
+    ("piecewise_adam", "keras.optimizers.Adam(keras.optimizers.schedules.PiecewiseConstantDecay([1, 3], [0.1, 0.02, 0.5]))"),
+]
+
+
+@pytest.mark.parametrize("name, before", LEARNING_RATES, ids=[n for n, _ in LEARNING_RATES])
+def test_learning_rate_reads_and_steps_match_keras(name, before):
+    """Over STEPS updates: the rate read before each one, and the parameters after it, agree with Keras."""
+    keras_opt = keras_object(before, CUSTOM_SCHEDULE)
+    tx = translated_object(before, CUSTOM_SCHEDULE)
+    variables = [tf.Variable(p) for p in initial_params()]
+    params = [jnp.asarray(p) for p in initial_params()]
+    state = tx.init(params)
+    start = initial_params()
+    for t, step in enumerate(gradients(name)):
+        np.testing.assert_allclose(np.asarray(tx.learning_rate_at(t)), np.asarray(keras_opt.learning_rate),
+                                   rtol=RTOL, atol=1e-8, err_msg=f"learning rate before update {t + 1}")
+        keras_opt.apply_gradients(zip([tf.constant(g) for g in step], variables))
+        updates, state = tx.update([jnp.asarray(g) for g in step], state, params)
+        params = optax.apply_updates(params, updates)
+        for i, (k, j, p0) in enumerate(zip(variables, params, start)):
+            np.testing.assert_allclose(np.asarray(j) - p0, k.numpy() - p0, rtol=RTOL, atol=ATOL,
+                                       err_msg=f"update {t + 1}, parameter {i}: displacement differs")
+
+
+def test_custom_schedule_values_and_config_match_keras():
+    """The translated subclass: same values at every step (jitted too, as optax calls it), and
+    Keras' from_config(get_config()) round trip."""
+    import jax
+
+    keras_schedule = keras_object("WarmupCosine(0.1, 4, 10, alpha=0.2)", CUSTOM_SCHEDULE)
+    schedule = translated_object("WarmupCosine(0.1, 4, 10, alpha=0.2)", CUSTOM_SCHEDULE)
+    assert type(schedule).__mro__[1].__name__ == "KerasLearningRateSchedule"
+    jitted = jax.jit(schedule)
+    for step in range(20):
+        want = float(keras_schedule(step))
+        np.testing.assert_allclose(float(schedule(step)), want, rtol=1e-6, atol=1e-8, err_msg=f"step {step}")
+        np.testing.assert_allclose(float(jitted(jnp.int32(step))), want, rtol=1e-6, atol=1e-8, err_msg=f"jit, step {step}")
+    restored = type(schedule).from_config(schedule.get_config())
+    assert restored.get_config() == keras_schedule.get_config()

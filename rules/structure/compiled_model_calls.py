@@ -29,7 +29,7 @@ import libcst as cst
 from tern.compiled_models import TRAINER_METHODS, refusal
 from tern.convert import Refusal
 from tern.rule import Rule
-from tern.trainer_calls import rewrite
+from tern.trainer_calls import call_refusal, rewrite
 
 HANDLED = "compiled_model_handled"  # ids of receivers' nodes this rule answered for (keras_training_api skips them)
 
@@ -65,7 +65,7 @@ class CompiledModelCallsRule(Rule):
                 ctx.todo(construct, f"Keras training API on `{func.value.value}`: {sources}; if it is a Keras model, "
                          f"`KerasTrainer.of({func.value.value}).{func.attr.value}(...)` is its translation")
             return None
-        why = refusal(ctx.package.models, sources, ctx.package.reaches, func.attr.value)
+        why = call_refusal(ctx, sources, original)
         out = Refusal(why) if why else rewrite(ctx, original, updated, trainer_of(updated.func.value))
         if isinstance(out, Refusal):
             ctx.rule_state.setdefault(HANDLED, set()).add(id(func))

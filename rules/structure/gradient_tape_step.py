@@ -149,7 +149,7 @@ class GradientTapeStepRule(Rule):
             frame = ctx.frames[0] if ctx.frames else None
             if frame is None:
                 ctx.todo("tf.GradientTape", GENERIC)
-            elif "train_step" not in frame.tags:
+            elif not frame.tags & {"train_step", "step_override"}:  # step_override: keras_step_override.py
                 frame.tags.add("untranslated_tape")
         return None
 

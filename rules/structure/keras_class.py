@@ -42,6 +42,8 @@ class KerasClass:
     has_build: bool = False
     refusal: str | None = None
     frame_depth: int = 0
+    #: metric trackers of a class whose train_step/test_step tern translates (tern/step_overrides.py)
+    trackers: tuple[str, ...] = ()
 
     @property
     def compact(self) -> bool:
@@ -144,6 +146,8 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
     if not is_keras:
         return None
     info = KerasClass(node.name.value)
+    steps = ctx.package.models.steps.get(info.name)
+    info.trackers = steps.trackers if steps is not None else ()
     methods = _methods(node)
     init = methods.get("__init__")
     if init is not None:
@@ -384,9 +388,11 @@ class KerasClassRule(Rule):
                 continue
             name = stmt.name.value
             if name == "__init__":
+                stmt, trackers = _tracker_properties(ctx, stmt, info, param_names)
                 setup = self._setup(ctx, stmt, info, param_names)
                 if setup is not None:
                     out_methods.append(setup)
+                out_methods.extend(trackers)
             elif name == "build":
                 continue
             elif name in DROPPED_METHODS:
@@ -482,6 +488,34 @@ class KerasClassRule(Rule):
         body = [*prelude, *_strip_doc(build_body.body), *call_body.body]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _tracker_properties(ctx, init: cst.FunctionDef, info: KerasClass, params: set[str]):
+    """``init`` without its metric trackers, and one property per tracker.
+
+    Keras metric trackers (``self.loss_tracker = keras.metrics.Mean(name="loss")``) are
+    Python objects the trainer updates outside jit and tests read on the model object
+    (``model.metrics``, ``model.loss_tracker.result()``). ``setup`` runs only on bound
+    clones, so each tracker becomes a property that builds it once per module object, on
+    first use (``keras_tracker``); tern/step_overrides.py checked it has a literal name
+    and literal arguments, so building it later builds the same object.
+    """
+    if not info.trackers:
+        return init, []
+    kept, properties = [], []
+    for stmt in init.body.body:
+        attr = None
+        if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])):
+            attr = _self_attr(stmt.body[0].targets[0].target)
+        if attr not in info.trackers:
+            kept.append(stmt)
+            continue
+        value = code(stmt.body[0].value)
+        ctx.support.add("keras_tracker")
+        properties.append(cst.parse_statement(
+            f"@property\ndef {attr}(self):\n    return keras_tracker(self, \"{attr}\", lambda: {value})\n"
+        ).with_changes(leading_lines=[cst.EmptyLine(indent=False)]))
+    return init.with_changes(body=init.body.with_changes(body=kept)), properties
 
 
 def _field_conflicts(cls: cst.ClassDef, params: set[str]) -> dict[str, str]:

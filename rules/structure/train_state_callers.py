@@ -6,7 +6,8 @@ step; it now takes ``state`` where the model was, rebinds it from every training
 the statement before it) and returns ``(state, what it returned)``. A *reader* took a
 model to call it for inference; it takes the state and calls ``state.predict(...)``.
 ``optimizer.build(model.trainable_variables)`` goes: optax state is created with the
-train state. A training call from any other package function cannot be rewritten
+train state. ``optimizer.iterations`` reads ``state.step`` and ``optimizer.learning_rate``
+Keras' rate for the next update, ``state.tx.learning_rate_at(state.step)``. A training call from any other package function cannot be rewritten
 safely and gets a TODO saying why.
 """
 
@@ -16,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
-from tern.train_steps import UNROLLED
+from tern.train_steps import OPTIMIZER_READS, UNROLLED
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
 
 
@@ -63,6 +64,27 @@ def _drop_arg(call: cst.Call, sig) -> cst.Call:
     return call.with_changes(args=args)
 
 
+class _OptimizerReads(cst.CSTTransformer):
+    """``optimizer.iterations`` -> ``state.step``; ``optimizer.learning_rate`` -> Keras' rate for
+    the next update, ``state.tx.learning_rate_at(state.step)`` (``support/KerasOptimizer.py``)."""
+
+    def __init__(self, optimizer: str):
+        self.optimizer = optimizer
+
+    def visit_FunctionDef(self, node):
+        return False
+
+    def visit_Lambda(self, node):
+        return False
+
+    def leave_Attribute(self, original, updated):
+        if not m.matches(updated, m.Attribute(value=m.Name(self.optimizer))) or updated.attr.value not in OPTIMIZER_READS:
+            return updated
+        if updated.attr.value == "iterations":
+            return cst.parse_expression("state.step")
+        return cst.parse_expression("state.tx.learning_rate_at(state.step)")
+
+
 class _Thread(cst.CSTTransformer):
     """Training calls rebind ``state``; readers' model calls become ``state.predict``."""
 
@@ -79,6 +101,8 @@ class _Thread(cst.CSTTransformer):
         if self.reader and m.matches(updated.func, m.Name("state")):
             return updated.with_changes(func=cst.parse_expression("state.predict"))
         sig = self.sigs.get(updated.func.value) if isinstance(updated.func, cst.Name) else None
+        if sig is not None and sig.kind == "checkpointer":
+            return _drop_arg(updated, sig)  # takes the state, returns what it returned (train_checkpoints.py)
         if sig is None or not sig.updates:
             return updated
         call = _drop_arg(updated, sig)
@@ -182,8 +206,11 @@ class TrainStateCallersRule(Rule):
         if "train_state" not in ctx.frame.tags:
             return None
         sig = ctx.package.train[original.name.value]
-        body = [s for s in updated.body.body if not (sig.updates and _is_build(s, sig))]
-        block = updated.body.with_changes(body=body).visit(_Rename(sig.model))
+        body = [s for s in updated.body.body if not (sig.optimizer is not None and _is_build(s, sig))]
+        block = updated.body.with_changes(body=body)
+        if sig.updates:
+            block = block.visit(_OptimizerReads(sig.optimizer))
+        block = block.visit(_Rename(sig.model))
         if sig.updates:
             block = block.visit(_Unroll({n for n, s in ctx.package.train.items() if s.updates}))
         block = block.visit(_Thread(ctx.package, reader=not sig.updates))

@@ -14,6 +14,9 @@ Follows keras/src/trainers/epoch_iterator.py and its data adapters (Keras 3):
 - with ``steps_per_epoch``, an epoch stops after that many batches and the next one
   continues where it stopped; the data is gone through anew once all its batches were
   used, and an epoch that reaches that point early ends there (Keras warns "ran out of data").
+- ``packed=True`` hands out each batch as a Keras ``train_step`` receives it: arrays packed
+  by ``pack_x_y_sample_weight`` (``x`` alone, ``(x,)`` for a tuple or list ``x``, ``(x, y)``,
+  ``(x, y, sample_weight)``), a dataset's elements as they are (lists as tuples).
 
 Translations insert this definition into the output file; the imports are not copied.
 """
@@ -28,8 +31,10 @@ import numpy
 class KerasEpochIterator:
     """Batches ``(x, y, sample_weight)`` for one epoch at a time, as Keras' EpochIterator yields them."""
 
-    def __init__(self, x, y=None, sample_weight=None, batch_size=None, steps_per_epoch=None, shuffle=False, rng=None):
+    def __init__(self, x, y=None, sample_weight=None, batch_size=None, steps_per_epoch=None, shuffle=False, rng=None,
+                 packed=False):
         self.steps_per_epoch = steps_per_epoch
+        self.packed = packed
         self._iterator = None
         self._seen = 0
         if hasattr(x, "as_numpy_iterator"):
@@ -76,8 +81,21 @@ class KerasEpochIterator:
 
     def _fresh(self):
         if self._dataset is not None:
+            if self.packed:
+                return (tuple(e) if isinstance(e, list) else e for e in self._dataset.as_numpy_iterator())
             return (self.unpack(element) for element in self._dataset.as_numpy_iterator())
+        if self.packed:
+            return (self.pack(*batch) for batch in self._array_batches())
         return self._array_batches()
+
+    @staticmethod
+    def pack(x, y=None, sample_weight=None):
+        """Keras' ``pack_x_y_sample_weight`` (lists as tuples, as Keras' array adapter hands them on)."""
+        if isinstance(x, list):
+            x = tuple(x)
+        if y is None:
+            return (x,) if isinstance(x, tuple) else x
+        return (x, y) if sample_weight is None else (x, y, sample_weight)
 
     def _array_batches(self):
         order = numpy.arange(self.num_samples)

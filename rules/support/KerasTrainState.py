@@ -27,13 +27,26 @@ class KerasTrainState(flax.training.train_state.TrainState):
 
     model_state: dict = flax.struct.field(default_factory=dict)
     rng: jax.Array = None
+    #: paths of the params Keras does not train (layers frozen with ``layer.trainable = False``)
+    frozen: frozenset = flax.struct.field(pytree_node=False, default=frozenset())
 
     @classmethod
-    def from_variables(cls, apply_fn, variables, tx, seed=0):
+    def from_variables(cls, apply_fn, variables, tx, seed=0, frozen=frozenset()):
         """The state of a model whose variables are ``variables`` (all collections), before any step."""
         variables = dict(variables)
         params = variables.pop("params", {})
-        return cls.create(apply_fn=apply_fn, params=params, tx=tx, model_state=variables, rng=jax.random.key(seed))
+        return cls.create(apply_fn=apply_fn, params=params, tx=tx, model_state=variables, rng=jax.random.key(seed),
+                          frozen=frozenset(frozen))
+
+    @classmethod
+    def of_module(cls, module, variables, tx, seed=0):
+        """``from_variables`` for ``module``; params of layers frozen with ``layer.trainable = False``
+        (the module's KerasTrainable table) get no update from ``tx``, as Keras' optimizer never sees them."""
+        table = module.__dict__.get("_keras_trainable")
+        if table is None:
+            return cls.from_variables(module.apply, variables, tx, seed=seed)
+        frozen = table.frozen(variables.get("params", {}))
+        return cls.from_variables(module.apply, variables, table.optimizer(tx, variables), seed=seed, frozen=frozen)
 
     def variables(self, params=None):
         """All collections, with ``params`` in place of the state's own (to differentiate them)."""
@@ -46,6 +59,9 @@ class KerasTrainState(flax.training.train_state.TrainState):
         place (moving statistics) come back as the second value, for ``apply_gradients``.
         """
         kwargs = self.keras_call_kwargs(kwargs)
+        if self.frozen:  # Keras differentiates the trainable variables only: frozen ones get a zero gradient
+            params = jax.tree_util.tree_map_with_path(
+                lambda path, p: jax.lax.stop_gradient(p) if tuple(k.key for k in path) in self.frozen else p, params)
         key = jax.random.fold_in(self.rng, self.step)
         rngs = {name: jax.random.fold_in(key, i) for i, name in enumerate(("dropout", "noise"))}
         if not self.model_state:

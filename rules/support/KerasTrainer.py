@@ -39,6 +39,17 @@ Keras 3's semantics (keras/src/trainers/, TF backend), where they are determinis
   and change nothing numeric (no progress bar; steps are always jitted, one batch each).
   Per-output losses and metrics (dicts, several outputs) and ``class_weight`` are not
   supported: they raise.
+- a class whose Keras ``train_step`` / ``test_step`` override tern translated
+  (rules/structure/keras_step_override.py) has ``train_step(state, data) -> (state, values)``
+  and ``train_step_logs(**values) -> logs`` (``test_step`` likewise, without the state):
+  ``fit`` (``evaluate``) jits the step, runs it on each batch packed as Keras packs it
+  (``x``, ``(x, y)`` or ``(x, y, sample_weight)``; a dataset's elements as they are), and
+  hands its values to the logs method on the module object, whose trackers persist.
+  ``model.metrics`` (the class's property) is reset where Keras resets it (each epoch of
+  ``fit``, the start of ``evaluate``); the epoch's logs are the trackers' results when
+  their names are the step's log keys, else the last step's logs (Keras'
+  ``_get_metrics_result_or_logs``). Each evaluation batch draws its noise from a key of
+  its own (``apply_model`` folds the step count, which evaluation does not advance).
 
 Translations insert this definition into the output file; the imports are not copied.
 """
@@ -98,6 +109,8 @@ class KerasTrainer:
         self._weighted_metrics = []
         self._loss_tracker = KerasMean(name="loss")
         self._steps = None
+        self._override_steps = {}
+        self._test_draws = 0
         self._shuffle_rng = numpy.random.default_rng(seed)
 
     # -- variables ------------------------------------------------------------------
@@ -206,6 +219,16 @@ class KerasTrainer:
         """The number of optimizer steps taken (Keras' ``optimizer.iterations``)."""
         return 0 if self._state is None else int(self._state.step)
 
+    @property
+    def learning_rate(self):
+        """Keras' ``optimizer.learning_rate``: the rate of the next update, from the compiled
+        optimizer's schedule at ``iterations`` (a translated optimizer carries it: KerasOptimizer)."""
+        self._require_compiled("optimizer.learning_rate")
+        if not hasattr(self._tx, "learning_rate_at"):
+            raise TypeError(f"the compiled optimizer {self._tx!r} carries no Keras learning rate: "
+                            "wrap it as KerasOptimizer(tx, learning_rate=...)")
+        return self._tx.learning_rate_at(self.iterations)
+
     # -- compile ----------------------------------------------------------------------
 
     def compile(self, optimizer, loss=None, loss_weights=None, metrics=None, weighted_metrics=None,
@@ -225,6 +248,7 @@ class KerasTrainer:
         self._weighted_metrics = self._as_metrics(weighted_metrics)
         self._loss_tracker = KerasMean(name="loss")
         self._steps = None
+        self._override_steps = {}
         self.compiled = True
         self.stop_training = False
 
@@ -320,7 +344,7 @@ class KerasTrainer:
 
     def _train_state(self):
         if self._state is None:
-            self._state = KerasTrainState.from_variables(self.module.apply, self._variables, self._tx, seed=self.seed)
+            self._state = KerasTrainState.of_module(self.module, self._variables, self._tx, seed=self.seed)
             self._variables = None
         return self._state
 
@@ -328,9 +352,62 @@ class KerasTrainer:
         if not self.compiled:
             raise ValueError(f"You must call `compile()` before using the model (`{method}`).")
 
-    def _reset_metrics(self):
-        for metric in (self._loss_tracker, *self._metrics, *self._weighted_metrics):
+    def _reset_metrics(self, override=False):
+        """Keras' ``reset_metrics``: every metric of ``model.metrics`` (the class's own with an override)."""
+        for metric in (self.module.metrics if override else (self._loss_tracker, *self._metrics, *self._weighted_metrics)):
             metric.reset_state()
+
+    # -- translated train_step / test_step overrides --------------------------------------
+
+    def _overrides(self, name):
+        """Whether the module's class carries a translated Keras ``name`` override (``name`` and ``name_logs``)."""
+        return callable(getattr(type(self.module), f"{name}_logs", None))
+
+    def _override_step(self, name):
+        if name not in self._override_steps:
+            self._override_steps[name] = jax.jit(getattr(self.module, name))
+        return self._override_steps[name]
+
+    @staticmethod
+    def _pythonify(logs):
+        """Keras' ``pythonify_logs``: sorted, nested dicts flattened, values as floats where they convert."""
+        out = {}
+        for key, value in sorted((logs or {}).items()):
+            if isinstance(value, dict):
+                out.update(KerasTrainer._pythonify(value))
+                continue
+            try:
+                value = float(numpy.asarray(value))
+            except (TypeError, ValueError):
+                pass
+            out[key] = value
+        return out
+
+    def _metrics_or(self, logs):
+        """Keras' ``_get_metrics_result_or_logs``: the metrics' results if their names are the logs' keys."""
+        results = {}
+        for metric in self.module.metrics:
+            result = metric.result()
+            if isinstance(result, dict):
+                results.update(result)
+            else:
+                results[metric.name] = result
+        results = self._pythonify(results)
+        return results if isinstance(logs, dict) and set(logs) == set(results) else logs
+
+    def _evaluation_state(self):
+        """The state with a key of this evaluation batch's own for dropout and noise."""
+        self._test_draws += 1
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), 1), self._test_draws)
+        return self._train_state().replace(rng=key)
+
+    def _override_guard(self, method):
+        other = {"fit": "train_step", "evaluate": "test_step"}[method]
+        if not self._overrides(other) and self._overrides("test_step" if other == "train_step" else "train_step"):
+            raise NotImplementedError(
+                f"`{type(self.module).__name__}` overrides a Keras step but not `{other}`: Keras' default `{other}` "
+                "would report the class's own `metrics`; not translated")
+        return self._overrides(other)
 
     def _update_metrics(self, loss, x, y, y_pred, sample_weight):
         size = next(numpy.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(x))
@@ -380,11 +457,13 @@ class KerasTrainer:
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
         """Keras' ``fit``: an epoch loop over the batches, jitted steps, metrics, callbacks; returns the History."""
         self._require_compiled("fit")
+        override = self._override_guard("fit")
         if class_weight is not None:
             raise NotImplementedError("class_weight is not supported by the translated fit: pass sample_weight")
         if validation_split and validation_data is None:
             (x, y, sample_weight), validation_data = self._split((x, y, sample_weight), validation_split)
-        batches = KerasEpochIterator(x, y, sample_weight, batch_size, steps_per_epoch, shuffle, self._shuffle_rng)
+        batches = KerasEpochIterator(x, y, sample_weight, batch_size, steps_per_epoch, shuffle, self._shuffle_rng,
+                                     packed=override)
         callbacks = list(jax.tree_util.tree_leaves(callbacks or [], is_leaf=lambda c: not isinstance(c, (list, tuple))))
         history = next((c for c in callbacks if type(c).__name__ == "KerasHistory"), None)
         if history is None:
@@ -401,16 +480,23 @@ class KerasTrainer:
         self._call(callbacks, "on_train_begin", None)
         training_logs = None
         for epoch in range(initial_epoch, epochs):
-            self._reset_metrics()
+            self._reset_metrics(override)
             self._call(callbacks, "on_epoch_begin", epoch, None)
-            for step, (bx, by, bw) in batches.epoch():
+            logs = {}
+            for step, batch in batches.epoch():
                 self._call(callbacks, "on_train_batch_begin", step, None)
-                self._state, loss, y_pred = train_step(self._train_state(), bx, by, bw)
-                self._update_metrics(loss, bx, by, y_pred, bw)
-                self._call(callbacks, "on_train_batch_end", step, self._logs())
+                if override:
+                    self._state, values = self._override_step("train_step")(self._train_state(), batch)
+                    logs = self._pythonify(self.module.train_step_logs(**values))
+                else:
+                    bx, by, bw = batch
+                    self._state, loss, y_pred = train_step(self._train_state(), bx, by, bw)
+                    self._update_metrics(loss, bx, by, y_pred, bw)
+                    logs = self._logs()
+                self._call(callbacks, "on_train_batch_end", step, logs)
                 if self.stop_training:
                     break
-            epoch_logs = self._logs()
+            epoch_logs = dict(self._metrics_or(logs)) if override else self._logs()
             self._changed()
             if validation_data is not None and self._should_eval(epoch, validation_freq):
                 val_x, val_y, val_weight = KerasEpochIterator.unpack(validation_data)
@@ -452,21 +538,33 @@ class KerasTrainer:
                  callbacks=None, return_dict=False):
         """Keras' ``evaluate``: the loss and metrics over every batch (no shuffling, no update)."""
         self._require_compiled("evaluate")
-        batches = KerasEpochIterator(x, y, sample_weight, batch_size, steps, False)
+        override = self._override_guard("evaluate")
+        batches = KerasEpochIterator(x, y, sample_weight, batch_size, steps, False, packed=override)
         callbacks = list(jax.tree_util.tree_leaves(callbacks or [], is_leaf=lambda c: not isinstance(c, (list, tuple))))
         _, test_step = self._jitted()
         self._build_from(batches)
         self._call(callbacks, "on_test_begin", None)
-        self._reset_metrics()
-        for step, (bx, by, bw) in batches.epoch():
+        self._reset_metrics(override)
+        logs = {}
+        for step, batch in batches.epoch():
             self._call(callbacks, "on_test_batch_begin", step, None)
-            loss, y_pred = test_step(self._train_state(), bx, by, bw)
-            self._update_metrics(loss, bx, by, y_pred, bw)
-            self._call(callbacks, "on_test_batch_end", step, self._logs())
-        logs = self._logs()
+            if override:
+                values = self._override_step("test_step")(self._evaluation_state(), batch)
+                logs = self._pythonify(self.module.test_step_logs(**values))
+            else:
+                bx, by, bw = batch
+                loss, y_pred = test_step(self._train_state(), bx, by, bw)
+                self._update_metrics(loss, bx, by, y_pred, bw)
+                logs = self._logs()
+            self._call(callbacks, "on_test_batch_end", step, logs)
+        logs = self._pythonify(self._metrics_or(logs)) if override else self._logs()
         self._call(callbacks, "on_test_end", logs)
         if return_dict:
             return logs
+        if override:  # Keras' _flatten_metrics_in_order over the class's metrics
+            names = [m.name for m in self.module.metrics]
+            results = [logs[name] for name in names if name in logs] + [logs[k] for k in sorted(logs) if k not in names]
+            return results[0] if len(results) == 1 else results
         names = ["loss", *[m.name for m in self._metrics + self._weighted_metrics]]
         results = [logs[name] for name in names if name in logs]
         results += [logs[key] for key in sorted(logs) if key not in names]

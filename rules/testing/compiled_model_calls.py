@@ -8,6 +8,7 @@ keeps the two in step, written into the test file::
 
     model.fit(x, y, epochs=2)                ->  _tern_trainer(model).fit(x, y, epochs=2)
     model.optimizer.iterations               ->  _tern_trainer(model).iterations
+    model.optimizer.learning_rate            ->  _tern_trainer(model).learning_rate
     history = train(model, x, y)             ->  history = train(_tern_shared(model), x, y)
 
 ``_tern_trainer(model)`` hands the registry's variables (the newest: the trainer writes
@@ -30,7 +31,7 @@ import libcst.matchers as m
 from tern.compiled_models import TRAINER_METHODS, refusal
 from tern.convert import Refusal
 from tern.rule import Rule
-from tern.trainer_calls import rewrite
+from tern.trainer_calls import call_refusal, rewrite
 from tern.translate import insert_after_imports
 from tern_rules.testing.module_calls import runtime_statements
 
@@ -170,7 +171,7 @@ class CompiledModelCallsRule(Rule):
         known_to_registry = _key(func.value) in ctx.rule_state.get("module_names", {})
         if method == "get_weights" and known_to_registry:
             return None  # module_calls.py reads the registry in Keras' order
-        why = refusal(ctx.package.models, model_sources, ctx.package.reaches, method)
+        why = call_refusal(ctx, model_sources, original)
         if why is None and method in ("get_weights", "set_weights") and _layout_differs(ctx, model_sources):
             why = LAYOUT
         out = Refusal(why) if why else rewrite(ctx, original, updated, _call("_tern_trainer", updated.func.value))
@@ -205,13 +206,13 @@ class CompiledModelCallsRule(Rule):
         model_sources = sources(ctx, inner.value)
         if model_sources is None or refusal(ctx.package.models, model_sources, ctx.package.reaches, "fit"):
             return None
-        if original.attr.value != "iterations":
+        if original.attr.value not in ("iterations", "learning_rate"):
             ctx.todo(f"keras.Model.optimizer.{original.attr.value}",
                      "the compiled optimizer is an optax transformation: Keras optimizer attributes other than "
-                     "`iterations` have no counterpart on the trainer")
+                     "`iterations` and `learning_rate` have no counterpart on the trainer")
             return None
         self._need_runtime(ctx)
-        return cst.Attribute(value=_call("_tern_trainer", updated.value.value), attr=cst.Name("iterations"))
+        return cst.Attribute(value=_call("_tern_trainer", updated.value.value), attr=cst.Name(original.attr.value))
 
     @staticmethod
     def _need_runtime(ctx):

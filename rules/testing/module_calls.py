@@ -81,10 +81,28 @@ def _tern_variables(module, collection=None):
 
 
 def _tern_leaves(module, collection=None):
+    """All the module's weights, its trainable ones ("params") or the others ("batch_stats"); params
+    of layers frozen with ``layer.trainable = False`` (its KerasTrainable table) count as the others."""
     variables = _tern_variables(module, collection)
     if collection is None:
         variables = {k: v for k, v in variables.items() if k != "losses"}  # loss terms, not weights
-    return jax.tree_util.tree_leaves(variables)
+    table = module.__dict__.get("_keras_trainable")
+    if table is None or collection not in ("params", "batch_stats"):
+        return jax.tree_util.tree_leaves(variables)
+    params = jax.tree_util.tree_leaves_with_path(_tern_variables(module, "params"))
+    trainable = [table.variable(tuple(k.key for k in path)) for path, _ in params]
+    if collection == "params":
+        return [value for (_, value), keep in zip(params, trainable) if keep]
+    return [value for (_, value), keep in zip(params, trainable) if not keep] + jax.tree_util.tree_leaves(variables)
+'''
+
+LAYER = '''
+
+def _tern_layer(module, name, layout="keras"):
+    """``model.get_layer(name)``: a view of that layer's variables in this file's registry."""
+    _tern_variables(module)  # a functional Keras model is built from its Inputs at construction
+    return KerasLayer.get(module, name, variables=lambda: _tern_variables(module),
+                          order=_TERN_ORDER.get(id(module)), layout=layout)
 '''
 
 BUILT = '''
@@ -125,14 +143,43 @@ KERAS_ONLY = {
 }
 
 
-def assigned_pairs(assign: cst.Assign):
-    """(target, value) pairs of ``a = f()`` and of ``a, b = f(), g()`` (same-length tuples)."""
+def assigned_pairs(assign: cst.Assign, ctx=None):
+    """(target, value) pairs of ``a = f()`` and of ``a, b = f(), g()`` (same-length tuples), and of
+    ``model, optimizer = self._fresh()`` where the test file's helper returns such a tuple (the
+    helper's own expressions stand for the values: see ``remember_tuple_return``)."""
     for target in assign.targets:
         t, v = target.target, assign.value
+        if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call) and ctx is not None:
+            returned = ctx.rule_state.get("tuple_returns", {}).get(_key(v.func))
+            if returned is not None and len(returned) == len(t.elements):
+                v = cst.Tuple([cst.Element(e) for e in returned])
         if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, (cst.Tuple, cst.List)) and len(t.elements) == len(v.elements):
             yield from ((te.value, ve.value) for te, ve in zip(t.elements, v.elements))
         else:
             yield t, v
+
+
+def remember_tuple_return(ctx, fn: cst.FunctionDef) -> None:
+    """A test helper (function or method) whose one ``return`` gives a tuple: its elements, by the
+    name callers use (``make_pair`` or ``self._fresh``). Statements after the definition unpack calls
+    to it as if the tuple were written there."""
+    returns = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_FunctionDef(self, node):
+            return node is fn  # not the returns of nested functions
+
+        def visit_Lambda(self, node):
+            return False
+
+        def visit_Return(self, node):
+            returns.append(node.value)
+
+    fn.visit(Returns())
+    if len(returns) != 1 or not isinstance(returns[0], cst.Tuple):
+        return
+    key = ("self." if ctx.classes else "") + fn.name.value
+    ctx.rule_state.setdefault("tuple_returns", {})[key] = tuple(e.value for e in returns[0].elements)
 
 
 def _modules(ctx) -> dict[str, object]:
@@ -191,6 +238,16 @@ def _counts_may_differ(ctx, kind) -> bool:
     return False
 
 
+def _keras_file(ctx) -> bool:
+    """The test file uses TensorFlow/Keras: ``x.get_layer(...)`` there is Keras' (no Flax object has it)."""
+    return bool(ctx.scopes.imports_source)
+
+
+def _package_reaches(ctx, layers: frozenset[str]) -> bool:
+    """Some package model (class or builder) reaches one of ``layers``: for a model the file does not type."""
+    return any(ctx.package.reaches(name, layers) for name in (*ctx.package.classes, *ctx.package.factories))
+
+
 def _key(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Name):
         return node.value
@@ -212,7 +269,7 @@ class ModuleCallsRule(Rule):
         for small in original.body:
             if not isinstance(small, cst.Assign):
                 continue
-            for target, value in assigned_pairs(small):
+            for target, value in assigned_pairs(small, ctx):
                 kind = _module_kind(ctx, value)
                 key = _key(target)
                 if kind is not None and key:
@@ -236,6 +293,12 @@ class ModuleCallsRule(Rule):
         if isinstance(original.func, cst.Attribute):
             receiver = original.func.value
             kind = self._instance(ctx, receiver)
+            if original.func.attr.value == "get_layer" and (kind is not None or _keras_file(ctx)):
+                if kind is None and not isinstance(receiver, cst.Name):
+                    ctx.todo("keras.Model.get_layer", "get_layer on a model the test does not hold by name (e.g. a "
+                             "sub-model attribute): its variables are not in this file's registry")
+                    return None
+                return self._get_layer(ctx, kind, updated)
             if kind is None or id(original.func) in ctx.rule_state.get("compiled_model_handled", ()):
                 return None  # compiled_model_calls.py left this call with its own TODO
             method = original.func.attr.value
@@ -256,6 +319,30 @@ class ModuleCallsRule(Rule):
             args.append(cst.Arg(cst.SimpleString(f'"{method}"'), keyword=cst.Name("method"), equal=_eq()))
             return cst.Call(func=cst.Name("_tern_apply"), args=args)
         return None
+
+    @staticmethod
+    def _get_layer(ctx, kind, updated):
+        """``model.get_layer(name)`` -> ``_tern_layer(model, name)``. Keras names are unique in a model and a
+        functional model's layers keep theirs as Flax names (tern/layers.py), so a name found at the top of the
+        variables tree is that layer; one not found (a Keras auto name, a layer without variables) raises there."""
+        args = [a for a in updated.args if not a.star]
+        if len(args) != 1 or len(updated.args) != 1 or (args[0].keyword and args[0].keyword.value != "name"):
+            ctx.todo("keras.Model.get_layer", "only get_layer(name) is translated (not by index)")
+            return None
+        if _counts_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _split_weight_layers(ctx)):
+            layout = "split"
+        elif _keras_layout_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _layout_layers(ctx)):
+            layout = "flax"
+        else:
+            layout = "keras"
+        ctx.rule_state["runtime"] = True
+        ctx.rule_state["get_layer"] = True
+        ctx.support.add("KerasLayer")
+        call_args = [cst.Arg(updated.func.value, comma=_comma()), args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+        if layout != "keras":
+            call_args[-1] = call_args[-1].with_changes(comma=_comma())
+            call_args.append(cst.Arg(cst.SimpleString(f'"{layout}"'), keyword=cst.Name("layout"), equal=_eq()))
+        return cst.Call(func=cst.Name("_tern_layer"), args=call_args)
 
     def leave_attribute(self, ctx, original, updated):
         kind = self._instance(ctx, original.value)
@@ -291,9 +378,9 @@ class ModuleCallsRule(Rule):
         ctx.plan.spell("jax.numpy")
         ctx.plan.spell("numpy")
         runtime = list(_runtime())
-        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT)):
+        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT), ("get_layer", LAYER)):
             if ctx.rule_state.get(flag):
-                runtime += _parsed(text)
+                runtime += runtime_statements(text) if flag == "get_layer" else _parsed(text)
         runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         return insert_after_imports(updated, runtime)
 

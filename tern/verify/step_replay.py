@@ -103,6 +103,8 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
 
     model = build_model(meta["origin"], arrays)
     args, kwargs = unpack(meta["model_inputs"], arrays, jnp.asarray)
+    # Keras passes `training` to every model; a Flax module without the argument is built without it, as it is called
+    kwargs = state_class.from_variables(model.apply, {}, tx).keras_call_kwargs(kwargs)
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
     abstract = jax.eval_shape(lambda: model.init(rngs, *args, **kwargs))
     init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
