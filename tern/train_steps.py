@@ -12,6 +12,10 @@ it, so the decision is package-wide and made once, here, on Python's ``ast``:
   optimizer, and uses them for nothing else (``O.build(M.trainable_variables)`` aside,
   and reads of ``O.learning_rate`` / ``O.iterations``, which the state answers): it
   threads the state the same way;
+  A threader may also make its optimizer itself (``optimizer = make_optimizer()``, then
+  ``optimizer.build(model.trainable_variables)``): it takes the state of the model's
+  variables and replaces its optimizer there (``state.with_optimizer(optimizer)``); before
+  that line the model is ``state.module``;
 - a **reader** only calls a parameter the way Keras calls a model for inference
   (``model(x, training=False)``) or passes it on as a reader's model: it takes the state
   and reads the variables.
@@ -45,6 +49,8 @@ class TrainSig:
     returns: tuple[str | None, ...] = ()
     #: local names bound to a translated checkpoint or manager, with their role
     checkpoints: tuple[tuple[str, str], ...] = ()
+    #: a threader that makes its optimizer (``optimizer``, a local) next to the model it is given
+    builds: bool = False
 
     @property
     def updates(self) -> bool:
@@ -287,6 +293,8 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     for call, sig in _passing_calls(fn, sigs):
         if not sig.updates:
             continue
+        if sig.builds:
+            return None, f"`{sig_name(call)}` makes its own optimizer: a function handing it the model is not threaded yet"
         m_arg, o_arg = _arg_at(call, sig, sig.model), _arg_at(call, sig, sig.optimizer)
         if not (isinstance(m_arg, ast.Name) and isinstance(o_arg, ast.Name)):
             return None, f"`{sig_name(call)}` gets a model or optimizer that is not a plain name"
@@ -298,9 +306,13 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     if params is None or len(pairs) != 1:
         return None, "several models/optimizers, or *args/**kwargs, around the training calls"
     model, optimizer = next(iter(pairs))
-    if model not in params or optimizer not in params:
-        return None, ("the model or optimizer is created here, not passed in: building its train state is not "
-                      "translated yet")
+    builds = model in params and optimizer not in params
+    if builds:
+        reason = _builder_refusal(fn, model, optimizer)
+        if reason:
+            return None, reason
+    elif model not in params or optimizer not in params:
+        return None, "the model is created here, not passed in: building its train state is not translated yet"
     nested = _nested_use(fn, (model, optimizer))
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda"
@@ -312,6 +324,11 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
                 if arg is not None:
                     allowed.add(id(arg))
     parents = _parents(fn)
+    if builds:
+        allowed |= _before_build(fn, model, optimizer)
+        built_at = fn.body[_build_index(fn, model, optimizer)].end_lineno
+        if any(call.lineno <= built_at for call, _ in _passing_calls(fn, sigs)):
+            return None, f"a training call before `{optimizer}.build(...)`, where the train state is made"
     for node in _own_nodes(fn):
         if _is_build(node, model, optimizer):
             allowed.update({id(node.value.func.value), id(node.value.args[0].value)})
@@ -334,7 +351,43 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
         return None, "a generator"
-    return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs)), None
+    return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs),
+                    builds=builds), None
+
+
+def _build_index(fn: ast.FunctionDef, model: str, optimizer: str) -> int | None:
+    """Where in ``fn.body`` the optimizer is built for the model (a top-level statement), if it is."""
+    return next((i for i, stmt in enumerate(fn.body) if _is_build(stmt, model, optimizer)), None)
+
+
+def _builder_refusal(fn: ast.FunctionDef, model: str, optimizer: str) -> str | None:
+    """Why a function that makes its optimizer cannot build the train state where Keras builds
+    the optimizer, if it cannot. It needs one top-level ``optimizer = <call>``, then one top-level
+    ``optimizer.build(model.trainable_variables)`` (the variables and frozen flags of that moment
+    make the state), and every training call after it."""
+    binds = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == optimizer and not isinstance(n.ctx, ast.Load)]
+    made = [i for i, stmt in enumerate(fn.body) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == optimizer and isinstance(stmt.value, ast.Call)]
+    if len(binds) != 1 or len(made) != 1:
+        return (f"`{optimizer}` is made here but not by one top-level `{optimizer} = ...` statement: its train state "
+                "cannot be built where Keras builds the optimizer")
+    build = _build_index(fn, model, optimizer)
+    if build is None or build < made[0]:
+        return (f"`{optimizer}` is made here without a top-level `{optimizer}.build({model}.trainable_variables)` after "
+                "it: where Keras builds it (its first update, after any freezing) is not a place the state can be made")
+    if any(isinstance(n, ast.Name) and n.id == optimizer and isinstance(n.ctx, ast.Load)
+           for stmt in fn.body[:build] for n in ast.walk(stmt)):
+        return f"`{optimizer}` is used before `{optimizer}.build(...)`, where the train state does not hold it yet"
+    return None
+
+
+def _before_build(fn: ast.FunctionDef, model: str, optimizer: str) -> set[int]:
+    """The uses of ``model`` and ``optimizer`` a builder may make before the state exists: any use
+    of the model (it is the module object then: ``state.module``) and the optimizer's making
+    (``_builder_refusal`` refused any other use of the optimizer there)."""
+    build = _build_index(fn, model, optimizer)
+    return {id(n) for stmt in fn.body[:build] for n in ast.walk(stmt)
+            if isinstance(n, ast.Name) and n.id in (model, optimizer)}
 
 
 UNROLLED = "results"  # the list a `return [... for ...]` of training calls is built in

@@ -144,11 +144,11 @@ def _ported(original, translated, x):
     flax_model = translated.make_model(l2=L2, activity_rate=RATE, l1_activity=L1)
     variables = flax_model.init(jax.random.key(0), jnp.asarray(x))
     assert set(variables) == {"params", "losses"}
-    assert sorted(variables["params"]) == ["Dense_0", "Dense_1"]
+    assert sorted(variables["params"]) == ["hidden", "output"]  # a functional layer's Keras name= is its Flax name
     params = {
-        flax_name: {"kernel": jnp.asarray(model.get_layer(name).kernel.numpy()),
-                    "bias": jnp.asarray(model.get_layer(name).bias.numpy())}
-        for flax_name, name in (("Dense_0", "hidden"), ("Dense_1", "output"))
+        name: {"kernel": jnp.asarray(model.get_layer(name).kernel.numpy()),
+               "bias": jnp.asarray(model.get_layer(name).bias.numpy())}
+        for name in ("hidden", "output")
     }
     return model, flax_model, {**variables, "params": params}
 
@@ -180,7 +180,7 @@ def test_make_model_loss_gradients_match_keras(original, translated, support):
         return sum(support["keras_model_losses"](updates))
 
     grads = jax.grad(regularization)(variables["params"])
-    got = [grads["Dense_0"]["kernel"], grads["Dense_1"]["kernel"], grads["Dense_0"]["bias"], grads["Dense_1"]["bias"]]
+    got = [grads["hidden"]["kernel"], grads["output"]["kernel"], grads["hidden"]["bias"], grads["output"]["bias"]]
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-5)
 

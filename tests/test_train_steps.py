@@ -71,7 +71,7 @@ def fit(model, optimizer, loss_fn, batches):
     (STEP + "\ndef loop(model, optimizer, loss_fn, x, y):\n    if train_step(model, optimizer, loss_fn, x, y)[0] > 1:\n        return 1\n",
      "header"),
     (STEP + "\ndef loop(model, make, loss_fn, x, y):\n    optimizer = make()\n    return train_step(model, optimizer, loss_fn, x, y)\n",
-     "created here"),
+     "without a top-level `optimizer.build(model.trainable_variables)`"),
 ])
 def test_shapes_tern_cannot_translate_give_their_reason(source, reason):
     sigs, refusals = _sigs(source)

@@ -6,7 +6,8 @@ step; it now takes ``state`` where the model was, rebinds it from every training
 the statement before it) and returns ``(state, what it returned)``. A *reader* took a
 model to call it for inference; it takes the state and calls ``state.predict(...)``.
 ``optimizer.build(model.trainable_variables)`` goes: optax state is created with the
-train state. ``optimizer.iterations`` reads ``state.step`` and ``optimizer.learning_rate``
+train state; in a threader that makes its optimizer it becomes
+``state = state.with_optimizer(optimizer)``, and the model before it is ``state.module``. ``optimizer.iterations`` reads ``state.step`` and ``optimizer.learning_rate``
 Keras' rate for the next update, ``state.tx.learning_rate_at(state.step)``. A training call from any other package function cannot be rewritten
 safely and gets a TODO saying why.
 """
@@ -22,10 +23,11 @@ from tern_rules.structure.gradient_tape_step import replace_params, state_and, s
 
 
 class _Rename(cst.CSTTransformer):
-    """Every reference to ``old`` becomes ``state`` (attribute names and keywords untouched)."""
+    """Every reference to ``old`` becomes ``state`` (or ``new``; attribute names and keywords untouched)."""
 
-    def __init__(self, old: str):
+    def __init__(self, old: str, new: str = "state"):
         self.old = old
+        self.new = cst.parse_expression(new)
         self.skip: set[int] = set()
 
     def visit_Attribute(self, node):
@@ -43,7 +45,7 @@ class _Rename(cst.CSTTransformer):
 
     def leave_Name(self, original, updated):
         if original.value == self.old and id(original) not in self.skip:
-            return updated.with_changes(value="state")
+            return self.new
         return updated
 
 
@@ -206,7 +208,15 @@ class TrainStateCallersRule(Rule):
         if "train_state" not in ctx.frame.tags:
             return None
         sig = ctx.package.train[original.name.value]
-        body = [s for s in updated.body.body if not (sig.optimizer is not None and _is_build(s, sig))]
+        body = list(updated.body.body)
+        if sig.builds:  # the model is the module object until the optimizer is built, then the state
+            at = next(i for i, s in enumerate(body) if _is_build(s, sig))
+            body = [*(s.visit(_Rename(sig.model, "state.module")) for s in body[:at]),
+                    cst.parse_statement(f"state = state.with_optimizer({sig.optimizer})\n").with_changes(
+                        leading_lines=body[at].leading_lines),
+                    *body[at + 1:]]
+        else:
+            body = [s for s in body if not (sig.optimizer is not None and _is_build(s, sig))]
         block = updated.body.with_changes(body=body)
         if sig.updates:
             block = block.visit(_OptimizerReads(sig.optimizer))

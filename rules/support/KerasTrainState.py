@@ -48,6 +48,20 @@ class KerasTrainState(flax.training.train_state.TrainState):
         frozen = table.frozen(variables.get("params", {}))
         return cls.from_variables(module.apply, variables, table.optimizer(tx, variables), seed=seed, frozen=frozen)
 
+    @property
+    def module(self):
+        """The Flax module this state applies: the object Keras code held as the model."""
+        module = getattr(self.apply_fn, "__self__", None)
+        if module is None:
+            raise TypeError("this state's apply_fn is not a module's bound apply: build it with of_module")
+        return module
+
+    def with_optimizer(self, tx):
+        """These variables under a new optimizer ``tx``, before its first update: Keras'
+        ``optimizer.build(model.trainable_variables)`` for an optimizer made next to the
+        model. Layers frozen by then are left out of ``tx`` (``of_module``); the key is kept."""
+        return type(self).of_module(self.module, self.variables(), tx).replace(rng=self.rng)
+
     def variables(self, params=None):
         """All collections, with ``params`` in place of the state's own (to differentiate them)."""
         return {"params": self.params if params is None else params, **self.model_state}

@@ -56,7 +56,8 @@ def _tern_train(module, optimizer, run):
     """``run(state)`` returns the next state and a result; keep the state in place, as Keras does."""
     state, out = run(_tern_train_state(module, optimizer))
     _TERN_VARIABLES[id(module)] = (module, state.variables())
-    _TERN_TRAINING[id(optimizer)] = (optimizer, state.step, state.opt_state, state.rng)
+    if optimizer is not None:  # None: the function made its own optimizer, which the caller never holds
+        _TERN_TRAINING[id(optimizer)] = (optimizer, state.step, state.opt_state, state.rng)
     return out
 
 
@@ -216,16 +217,18 @@ class TrainStateCallsRule(Rule):
                 args = [a for i, a in enumerate(args) if i != optimizer[0]]
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated.with_changes(args=args)
-        optimizer = _arg(updated, sig, sig.optimizer)
-        if optimizer is None:
+        optimizer = None if sig.builds else _arg(updated, sig, sig.optimizer)
+        if optimizer is None and not sig.builds:
             return None
         args[model[0]] = state_arg
-        args = [a for i, a in enumerate(args) if i != optimizer[0]]
+        if optimizer is not None:
+            args = [a for i, a in enumerate(args) if i != optimizer[0]]
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         run = cst.Lambda(cst.Parameters([cst.Param(cst.Name("state"))]), updated.with_changes(args=args))
+        held = cst.Name("None") if optimizer is None else optimizer[1].value  # a builder makes its own
         return cst.Call(cst.Name("_tern_train"), [
-            cst.Arg(model[1].value, comma=_comma()), cst.Arg(optimizer[1].value, comma=_comma()), cst.Arg(run)])
+            cst.Arg(model[1].value, comma=_comma()), cst.Arg(held, comma=_comma()), cst.Arg(run)])
 
     def leave_attribute(self, ctx, original, updated):
         if not (isinstance(original.value, cst.Name) and original.value.value in _optimizers(ctx)):

@@ -104,7 +104,10 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     model = build_model(meta["origin"], arrays)
     args, kwargs = unpack(meta["model_inputs"], arrays, jnp.asarray)
     # Keras passes `training` to every model; a Flax module without the argument is built without it, as it is called
-    kwargs = state_class.from_variables(model.apply, {}, tx).keras_call_kwargs(kwargs)
+    # (translations from before tern wrote keras_call_kwargs pass the call's arguments as recorded)
+    drop_training = getattr(state_class, "keras_call_kwargs", None)
+    if drop_training is not None:
+        kwargs = drop_training(state_class.from_variables(model.apply, {}, tx), kwargs)
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
     abstract = jax.eval_shape(lambda: model.init(rngs, *args, **kwargs))
     init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
