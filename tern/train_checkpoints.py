@@ -229,7 +229,7 @@ def restoring_pair(fn: ast.FunctionDef, sigs, params) -> set[tuple[str, str]]:
     return {pair}
 
 
-def _checkpointer(fn: ast.FunctionDef, sigs):
+def checkpointer(fn: ast.FunctionDef, sigs):
     from tern.train_steps import INTRODUCED, TrainSig, _is_build, _nested_use, _own_nodes, _positional
 
     params = _positional(fn)
@@ -263,19 +263,3 @@ def _checkpointer(fn: ast.FunctionDef, sigs):
         return None, "the function already uses a name its translation needs (`state`)"
     return TrainSig("checkpointer", params, model, optimizer, returns=returns(fn, sigs, own),
                     checkpoints=roles(fn, sigs)), None
-
-
-def checkpointers(functions: list[ast.FunctionDef], sigs: dict, refusals: dict) -> None:
-    """Add the package's checkpointers to ``sigs`` (and why others are not to ``refusals``)."""
-    changed = True
-    while changed:
-        changed = False
-        for fn in functions:
-            if fn.name in sigs or fn.name in refusals:
-                continue
-            sig, reason = _checkpointer(fn, sigs)
-            if sig is not None:
-                sigs[fn.name] = sig
-                changed = True
-            elif reason:
-                refusals[fn.name] = reason

@@ -506,6 +506,28 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
     return None
 
 
+def _reader_or_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:
+    reader = _reader(fn, sigs)
+    return (reader, None) if reader is not None else _threader(fn, sigs)
+
+
+def _settle(functions: list[ast.FunctionDef], sigs: dict, refusals: dict, classify) -> None:
+    """Classify the functions not decided yet until nothing changes: a function's kind can
+    depend on the kinds of the functions it calls, in any order of definition."""
+    changed = True
+    while changed:
+        changed = False
+        for fn in functions:
+            if fn.name in sigs or fn.name in refusals:
+                continue
+            sig, reason = classify(fn, sigs)
+            if sig is not None:
+                sigs[fn.name] = sig
+                changed = True
+            elif reason:
+                refusals[fn.name] = reason
+
+
 def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict[str, str]]:
     """Signatures of the package's training functions, and refusals by function name."""
     sigs: dict[str, TrainSig] = {}
@@ -516,22 +538,6 @@ def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict
             sigs[fn.name] = sig
         elif reason:
             refusals[fn.name] = reason
-    train_checkpoints.checkpointers(functions, sigs, refusals)
-    changed = True
-    while changed:
-        changed = False
-        for fn in functions:
-            if fn.name in sigs or fn.name in refusals:
-                continue
-            reader = _reader(fn, sigs)
-            if reader is not None:
-                sigs[fn.name] = reader
-                changed = True
-                continue
-            sig, reason = _threader(fn, sigs)
-            if sig is not None:
-                sigs[fn.name] = sig
-                changed = True
-            elif reason:
-                refusals[fn.name] = reason
+    _settle(functions, sigs, refusals, train_checkpoints.checkpointer)
+    _settle(functions, sigs, refusals, _reader_or_threader)
     return sigs, refusals

@@ -140,6 +140,14 @@ def migrate_rules(source: str, out: str) -> Translation:
         return Translation(crash=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - started)
 
 
+def _described(exc: BaseException) -> str:
+    """``Type: message``; for a task group's ExceptionGroup, that of each exception it holds
+    (its own message, "unhandled errors in a TaskGroup", says nothing of what went wrong)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_described(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def migrate_with_agent(cases: list[Case], options: Options) -> dict[str, Translation]:
     """Rules for every case, then the LLM agent on what they left, sharing one budget."""
     from tern.evaluation import llm
@@ -318,7 +326,7 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
                 try:
                     report = (await verifier.verify()).to_dict()
                 except Exception as exc:  # noqa: BLE001 - a bug or a broken tree fails this case, not the run
-                    verify_error = f"{type(exc).__name__}: {exc}"
+                    verify_error = _described(exc)
                 run = [j for j in verifier.jobs if not j["cached"]]
                 info["jobs_run"] += len(run)
                 info["jobs_cached"] += len(verifier.jobs) - len(run)
