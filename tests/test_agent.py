@@ -392,8 +392,11 @@ def test_ctrl_c_cancels_cleanly_and_the_rerun_resumes(project):
     script["`SalientTokenSelector`"] = [{"delay": 30, "content": A.SALIENT_TOKEN_SELECTOR}]
     with ScriptedLLM(script) as llm:
         env = {**os.environ, "TERN_LLM_MODEL": "scripted-interrupt", "OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "k"}
+        # Ctrl-C reaches a foreground process: a suite started in the background by a non-interactive
+        # shell (`.ci/run &`) ignores SIGINT, which children inherit and Python then leaves ignored.
         proc = subprocess.Popen([sys.executable, "-m", "tern", "migrate", str(FIXTURE), "--out", str(out)], cwd=project,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 300
         while not llm.prompts("`SalientTokenSelector`") and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
