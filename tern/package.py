@@ -31,6 +31,10 @@ class ClassInfo:
     module: str
     bases: tuple[str, ...]
     weights: dict[str, WeightInfo] = field(default_factory=dict)
+    #: attributes holding a sub-model the constructor stores as given (``self.encoder = encoder``): a Flax
+    #: field of that name, so the sub-model's variables are the model's subtree of that name, and (the class
+    #: building no layers of its own) the model's variables before its first call are theirs alone
+    submodels: tuple[str, ...] = ()
 
 
 @dataclass
@@ -56,6 +60,11 @@ class PackageInfo:
     models: ModelFacts = field(default_factory=ModelFacts)
     #: top-level functions that return a Keras optimizer they build (``return keras.optimizers.Adam(...)``)
     optimizer_factories: set[str] = field(default_factory=set)
+    #: functions returning a tuple of optimizers they build, with its length
+    optimizer_tuple_factories: dict[str, int] = field(default_factory=dict)
+    #: top-level functions that return a literal ``Sequential([...])`` of layers without a training flag: an
+    #: ``nn.Sequential`` of the same layers (rules/structure/sequential.py), Keras' i-th layer its element i
+    sequential_factories: set[str] = field(default_factory=set)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -109,6 +118,82 @@ def _weights(cls: ast.ClassDef) -> dict[str, WeightInfo]:
     return out
 
 
+def _stored_submodels(cls: ast.ClassDef) -> tuple[str, ...]:
+    """``ClassInfo.submodels``: ``self.a = a`` of ``__init__`` parameters, the only store to ``self.a``,
+    ``a`` not rebound; none when the class stores anything else that may hold variables (see
+    ``_holds_no_layer``), stores an attribute twice, or has ``build``/``add_weight``."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    if init is None or "build" in methods:
+        return ()
+    params = {a.arg for a in (*init.args.args[1:], *init.args.kwonlyargs)}
+    rebound = {t.id for n in ast.walk(init) for t in _store_targets(n) if isinstance(t, ast.Name)}
+    stores: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Call) and _base_tail(node.func) == "add_weight":
+            return ()
+        for target in _store_targets(node):
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                stores.setdefault(target.attr, []).append(getattr(node, "value", None))
+    out = []
+    for attr, values in stores.items():
+        value = values[0] if len(values) == 1 else None
+        if isinstance(value, ast.Name) and value.id == attr and attr in params and attr not in rebound:
+            out.append(attr)
+        elif not _holds_no_layer(value):
+            return ()
+    return tuple(out)
+
+
+def _store_targets(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Assign):
+        return [t for target in node.targets for t in ast.walk(target)]
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    return []
+
+
+def _holds_no_layer(value: ast.expr | None) -> bool:
+    """Whether a stored value cannot hold a layer: no name as it is (``self.enc = encoder``), no call
+    other than a metric's (``keras.metrics.Mean(...)``), no function or comprehension."""
+    if value is None or isinstance(value, ast.Name):
+        return False
+    if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        return all(_holds_no_layer(e) for e in value.elts)
+    if isinstance(value, ast.Dict):
+        return all(_holds_no_layer(v) for v in value.values)
+    return not any(
+        (isinstance(n, ast.Call) and "metrics" not in _dotted(n.func).split("."))
+        or isinstance(n, (ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp))
+        for n in ast.walk(value))
+
+
+def _plain_sequential(node: ast.expr | None, training_layers: frozenset[str]) -> bool:
+    """``Sequential([...])`` of a literal list of layer calls, none taking the training flag."""
+    if not (isinstance(node, ast.Call) and _base_tail(node.func) == "Sequential"):
+        return False
+    layers = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "layers"), None)
+    return isinstance(layers, (ast.List, ast.Tuple)) and all(
+        isinstance(e, ast.Call) and _base_tail(e.func) not in training_layers for e in layers.elts)
+
+
+def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[str]) -> bool:
+    """Every ``return`` of ``fn`` gives a plain Sequential built there (directly or through one name bound once)."""
+    returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    bound: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(fn):
+        for target in _store_targets(node):
+            if isinstance(target, ast.Name):
+                bound.setdefault(target.id, []).append(getattr(node, "value", None))
+
+    def plain(value):
+        if isinstance(value, ast.Name) and len(bound.get(value.id, ())) == 1:
+            value = bound[value.id][0]
+        return _plain_sequential(value, training_layers)
+
+    return bool(returns) and all(plain(r) for r in returns)
+
+
 def _returns_model(fn: ast.FunctionDef) -> bool:
     for node in ast.walk(fn):
         if isinstance(node, ast.Call) and _base_tail(node.func) in ("Model", "Sequential"):
@@ -131,15 +216,28 @@ def _is_optimizer_call(node) -> bool:
     return "optimizers" in parts[:-1] and "schedules" not in parts
 
 
-def _returns_optimizer(fn: ast.FunctionDef) -> bool:
-    """Every ``return`` of ``fn`` gives a Keras optimizer built there (directly or through one name)."""
+def _returns_optimizer(fn: ast.FunctionDef, size: int | None = None) -> bool:
+    """Every ``return`` of ``fn`` gives a Keras optimizer built there (directly or through one name),
+    or, with ``size``, a tuple of ``size`` of them (a GAN's ``return g_opt, d_opt``)."""
     own = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
     built = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _is_optimizer_call(n.value)
              for t in n.targets if isinstance(t, ast.Name)}
     rebound = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and not _is_optimizer_call(n.value)
                for t in n.targets if isinstance(t, ast.Name)}
-    return bool(own) and all(_is_optimizer_call(r.value) or (isinstance(r.value, ast.Name) and r.value.id in built
-                                                               and r.value.id not in rebound) for r in own)
+
+    def optimizer(value) -> bool:
+        return _is_optimizer_call(value) or (isinstance(value, ast.Name) and value.id in built and value.id not in rebound)
+
+    if size is None:
+        return bool(own) and all(optimizer(r.value) for r in own)
+    return bool(own) and all(isinstance(r.value, ast.Tuple) and len(r.value.elts) == size
+                             and all(optimizer(e) for e in r.value.elts) for r in own)
+
+
+def _optimizer_tuple_size(fn: ast.FunctionDef) -> int | None:
+    """``n`` when every ``return`` of ``fn`` gives a tuple of ``n`` optimizers built there."""
+    sizes = {len(n.value.elts) for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)}
+    return next((size for size in sizes if len(sizes) == 1 and _returns_optimizer(fn, size)), None)
 
 
 def training_layer_names() -> frozenset[str]:
@@ -180,9 +278,13 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.functions.append(node)
             if _returns_optimizer(node):
                 info.optimizer_factories.add(node.name)
+            elif _optimizer_tuple_size(node):
+                info.optimizer_tuple_factories[node.name] = _optimizer_tuple_size(node)
+        if isinstance(node, ast.FunctionDef) and _returns_plain_sequential(node, training_layers):
+            info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
-            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node))
+            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node), _stored_submodels(node))
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
         elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):

@@ -19,6 +19,9 @@ history keys, epochs and weight shapes), then values:
   Keras' own EpochIterator; shuffling as a reproducible permutation per epoch;
 * a test and package code sharing one model: the registry of the test file and the
   trainer stay in step (a zero-step fit leaves ``model(x)`` unchanged, a real one moves it);
+* a layer's weight written in a test (``assign`` on ``model.encoder.get_layer(name).kernel``,
+  on ``model.layers[i].kernel``): the model's call, ``evaluate`` and the kernels the test
+  holds see it, exactly; a fit's new weights reach the same kernels;
 * EarlyStopping, on a linear model whose validation loss has a known minimum (full-batch
   gradient descent on an orthogonal design): the same epochs run, the same restored
   weights and the same ``wait``/``best``/``stopped_epoch``, for patience, ``min_delta``,
@@ -33,6 +36,7 @@ No wall-clock thresholds. The translated program is built once per module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from pathlib import Path
@@ -561,36 +565,40 @@ def run():
 '''
 
 
-def test_a_test_and_package_code_share_one_model_state(tmp_path):
-    """A test calls the model, a package function compiles and fits it, the test calls it again:
-    one set of variables throughout, as with Keras (the file's registry and the trainer in step)."""
+@contextlib.contextmanager
+def translated_package(package: str, library: str, test: str):
+    """The translated test module of a package of two modules, ``model`` and ``model_test``, imported."""
     import sys
     import types
 
-    from tern.package import close_over_bases, scan_source, training_layer_names
-
-    from tern.package import PackageInfo
+    from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 
     info = PackageInfo()
-    scan_source(LIBRARY, "tern_sync_pkg.model", info, training_layer_names())
-    scan_source(TEST, "tern_sync_pkg.model_test", info, training_layer_names())
+    scan_source(library, f"{package}.model", info, training_layer_names())
+    scan_source(test, f"{package}.model_test", info, training_layer_names())
     close_over_bases(info)
-    library = translate_source(LIBRARY, package=info)
-    test = translate_source(TEST, is_test=True, package=info)
+    library = translate_source(library, package=info)
+    test = translate_source(test, is_test=True, package=info)
     assert not library.todos and not test.todos, test.code
-    assert "train(_tern_shared(still), X, Y, 0.0)" in test.code
     modules = {}
     try:
-        for name, code in (("tern_sync_pkg", ""), ("tern_sync_pkg.model", library.code),
-                           ("tern_sync_pkg.model_test", test.code)):
+        for name, code in ((package, ""), (f"{package}.model", library.code), (f"{package}.model_test", test.code)):
             module = types.ModuleType(name)  # flax dataclasses look their module up in sys.modules
             module.__path__ = []
             sys.modules[name] = modules[name] = module
             exec(compile(code, name, "exec"), module.__dict__)  # noqa: S102
-        before, unchanged, trained, predicted, weights, iterations = modules["tern_sync_pkg.model_test"].run()
+        yield modules[f"{package}.model_test"], test.code
     finally:
         for name in modules:
             sys.modules.pop(name, None)
+
+
+def test_a_test_and_package_code_share_one_model_state():
+    """A test calls the model, a package function compiles and fits it, the test calls it again:
+    one set of variables throughout, as with Keras (the file's registry and the trainer in step)."""
+    with translated_package("tern_sync_pkg", LIBRARY, TEST) as (test, code):
+        assert "train(_tern_shared(still), X, Y, 0.0)" in code
+        before, unchanged, trained, predicted, weights, iterations = test.run()
     np.testing.assert_array_equal(unchanged, before)
     np.testing.assert_allclose(trained, predicted, rtol=1e-6, atol=1e-6)
     assert not np.allclose(trained, before)
@@ -601,6 +609,90 @@ def test_a_test_and_package_code_share_one_model_state(tmp_path):
 
 
 X_SYNC = np.linspace(-1.0, 1.0, 32, dtype="float32").reshape(8, 4)
+
+
+SUBMODEL_LIBRARY = '''
+import tensorflow as tf
+from tensorflow import keras
+
+
+def make_encoder():
+    inputs = keras.Input((3,))
+    hidden = keras.layers.Dense(4, name="hidden")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, name="head")(hidden))
+
+
+class Scaled(keras.Model):
+
+    def __init__(self, encoder, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+
+    def call(self, inputs):
+        return 2.0 * self.encoder(inputs)
+'''
+
+SUBMODEL_TEST = '''
+import numpy as np
+import tensorflow as tf
+
+from tern_submodel_pkg.model import Scaled, make_encoder
+
+X = np.ones((4, 3), "float32")
+
+
+def run():
+    model = Scaled(make_encoder())
+    model.compile(optimizer="sgd", loss="mse")
+    head = model.encoder.get_layer("head")
+    head.kernel.assign(tf.zeros_like(head.kernel))
+    head.bias.assign(tf.fill(head.bias.shape, 0.5))
+    head.bias.assign_add(np.full((2,), 0.25, "float32"))
+    called = model(X).numpy()
+    loss = model.evaluate(X, np.zeros((4, 2), "float32"), verbose=0)
+    try:
+        head.bias.assign(np.zeros((3,), "float32"))
+    except ValueError as error:
+        refused = str(error)
+    return called, loss, head.bias.numpy(), refused
+'''
+
+
+def test_assign_on_a_sub_models_layer_writes_the_model():
+    """``model.encoder.get_layer("head").kernel.assign(...)`` in a test changes the model, as in Keras: its call
+    and the trainer's ``evaluate`` (which reads the file's registry) both see the new weights, exactly
+    (zero kernel, bias 0.75, doubled: 1.5 everywhere, a mean squared error of 2.25 against zeros); an
+    assignment of another shape raises Keras' ValueError and changes nothing."""
+    with translated_package("tern_submodel_pkg", SUBMODEL_LIBRARY, SUBMODEL_TEST) as (test, code):
+        assert 'head = _tern_layer(model, "head", within=("encoder",))' in code
+        called, loss, bias, refused = test.run()
+    np.testing.assert_array_equal(called, np.full((4, 2), 1.5, "float32"))
+    np.testing.assert_allclose(loss, 1.5 ** 2, rtol=1e-6)
+    np.testing.assert_array_equal(bias, [0.75, 0.75])
+    assert "shape (3,)" in refused
+
+
+def test_a_sequentials_layers_are_live_views_in_keras_order():
+    """The golden case of ``model.layers`` (rules/testing/cases/model_layers.toml), run as translated:
+    Keras indices past a layer without variables, ``assign`` seen by the kernels a test holds and by the
+    model's call, and a fit's new weights seen through the same list."""
+    import sys
+    import types
+
+    case = next(c for c in tomllib.loads((ROOT / "rules" / "testing" / "cases" / "model_layers.toml").read_text())["case"]
+                if c["name"] == "layers_of_a_sequential_follow_keras_indices")
+    code = translate_source(case["before"], is_test=True).code
+    assert "tensorflow" not in code and "TODO(tern)" not in code
+    module = types.ModuleType("tern_model_layers_case")  # flax dataclasses look their module up
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(code, module.__name__, "exec"), module.__dict__)  # noqa: S102
+        tests = [f for name, f in module.__dict__.items() if name.startswith("test_")]
+        assert len(tests) == 3
+        for run in tests:
+            run()
+    finally:
+        del sys.modules[module.__name__]
 
 
 OVERRIDES = '''

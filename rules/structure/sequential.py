@@ -215,6 +215,19 @@ def _input_spec(ctx, layers: cst.BaseExpression) -> cst.Tuple | None:
     return None
 
 
+def becomes_nn_sequential(ctx, call: cst.Call) -> bool:
+    """Whether ``SequentialRule.leave_call`` makes this call an ``nn.Sequential`` of the same layers: a
+    literal list of known layers, none taking the training flag. Keras' ``model.layers[i]`` is then the
+    list's element ``i`` (an Input is a layer of neither), Flax name ``layers_i``."""
+    if ctx.resolve(call.func) not in SEQUENTIAL or _list_variable(call) is not None:
+        return False
+    pairs = _elements(ctx, call, call)
+    return not isinstance(pairs, Refusal) and all(
+        (_record(ctx, o) is not None and not _needs_training(_record(ctx, o)))
+        or (isinstance(o, cst.Call) and isinstance(o.func, cst.Name) and ctx.package.is_module_class(o.func.value))
+        for o, _ in pairs)
+
+
 def _list_variable(call: cst.Call) -> str | None:
     if call.args and call.args[0].keyword in (None,) and isinstance(call.args[0].value, cst.Name):
         return call.args[0].value.value

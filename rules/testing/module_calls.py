@@ -21,6 +21,7 @@ import libcst.matchers as m
 
 from tern.rule import Rule
 from tern.translate import insert_after_imports
+from tern_rules.structure.sequential import becomes_nn_sequential
 
 RUNTIME = '''
 
@@ -81,28 +82,79 @@ def _tern_variables(module, collection=None):
 
 
 def _tern_leaves(module, collection=None):
-    """All the module's weights, its trainable ones ("params") or the others ("batch_stats"); params
-    of layers frozen with ``layer.trainable = False`` (its KerasTrainable table) count as the others."""
-    variables = _tern_variables(module, collection)
-    if collection is None:
-        variables = {k: v for k, v in variables.items() if k != "losses"}  # loss terms, not weights
+    """All the module's weights, its trainable ones ("params") or the others ("batch_stats"), in Keras'
+    order (layer by layer as created: ``_TERN_ORDER``); params of layers frozen with
+    ``layer.trainable = False`` (its KerasTrainable table) count as the others."""
+    variables = _tern_variables(module)
     table = module.__dict__.get("_keras_trainable")
-    if table is None or collection not in ("params", "batch_stats"):
-        return jax.tree_util.tree_leaves(variables)
-    params = jax.tree_util.tree_leaves_with_path(_tern_variables(module, "params"))
-    trainable = [table.variable(tuple(k.key for k in path)) for path, _ in params]
+
+    def trainable(path):
+        return path[0] == "params" and (table is None or table.variable(tuple(path[1:])))
+
+    order = _TERN_ORDER.get(id(module)) or [tuple(k.key for k in path)
+                                            for path, _ in jax.tree_util.tree_leaves_with_path(variables)]
+    paths = [p for p in order if p[0] != "losses"]  # a pass's regularization terms, not weights
     if collection == "params":
-        return [value for (_, value), keep in zip(params, trainable) if keep]
-    return [value for (_, value), keep in zip(params, trainable) if not keep] + jax.tree_util.tree_leaves(variables)
+        paths = [p for p in paths if trainable(p)]
+    elif collection == "batch_stats":
+        paths = [p for p in paths if not trainable(p)]
+    elif collection is not None:
+        paths = [p for p in paths if p[0] == collection]
+    out = []
+    for path in paths:
+        value = variables
+        for key in path:
+            value = value[key]
+        out.append(value)
+    return out
 '''
 
 LAYER = '''
 
-def _tern_layer(module, name, layout="keras"):
-    """``model.get_layer(name)``: a view of that layer's variables in this file's registry."""
+def _tern_layer(module, name, layout="keras", within=()):
+    """``model.get_layer(name)`` (``within``: ``model.<within>.get_layer(name)``, a sub-model's layer): a view
+    of that layer's variables in this file's registry, whose weights' ``assign`` writes there."""
+    if within and id(module) not in _TERN_VARIABLES and getattr(module, "tern_input_specs", None) is None:
+        _tern_submodels(module)
     _tern_variables(module)  # a functional Keras model is built from its Inputs at construction
     return KerasLayer.get(module, name, variables=lambda: _tern_variables(module),
-                          order=_TERN_ORDER.get(id(module)), layout=layout)
+                          order=_TERN_ORDER.get(id(module)), layout=layout, within=within,
+                          set_variables=lambda variables: _tern_set_variables(module, variables))
+'''
+
+LAYERS = '''
+
+def _tern_layers(module, layout="keras"):
+    """``model.layers`` of a Keras Sequential: a view of each layer, in Keras' order (``KerasLayer.listed``)."""
+    return KerasLayer.listed(module, variables=lambda: _tern_variables(module), layout=layout,
+                             set_variables=lambda variables: _tern_set_variables(module, variables))
+'''
+
+SET_VARIABLES = '''
+
+def _tern_set_variables(module, variables):
+    """Replace the module's variables in this file's registry (``assign`` on a layer's weight)."""
+    _TERN_VARIABLES[id(module)] = (module, variables)
+'''
+
+SUBMODELS = '''
+
+def _tern_submodels(module):
+    """Keras builds a sub-model declared with Inputs at construction: before a model's first call, its
+    variables are those of the sub-models it was given (its Flax fields), each under its field's name."""
+    variables, order = {}, []
+    for field in dataclasses.fields(module):
+        part = getattr(module, field.name)
+        parts = part if isinstance(part, (list, tuple)) else [part]
+        if field.name in ("parent", "name") or not any(isinstance(p, nn.Module) for p in parts):
+            continue
+        if not isinstance(part, nn.Module) or getattr(part, "tern_input_specs", None) is None:
+            raise NotImplementedError(f"{field.name!r} has no variables before the model's first call: call the model first")
+        for collection, tree in _tern_variables(part).items():
+            variables.setdefault(collection, {})[field.name] = tree
+        order += [(path[0], field.name, *path[1:]) for path in _TERN_ORDER[id(part)]]
+    _TERN_VARIABLES[id(module)] = (module, variables)
+    _TERN_ORDER[id(module)] = order
 '''
 
 BUILT = '''
@@ -256,6 +308,42 @@ def _key(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _layout(ctx, kind) -> str:
+    """How a layer view gives the weights: "keras" (the Flax arrays are Keras' variables), "flax" (some are
+    reshaped or transposed: Keras' names refused), "split" (some Keras variables are several Flax arrays)."""
+    if _counts_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _split_weight_layers(ctx)):
+        return "split"
+    if _keras_layout_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _layout_layers(ctx)):
+        return "flax"
+    return "keras"
+
+
+def _plain_sequentials(ctx) -> set[str]:
+    """Names bound to a Keras Sequential that is an nn.Sequential of the same layers (``model.layers``)."""
+    return ctx.rule_state.setdefault("plain_sequentials", set())
+
+
+def _is_plain_sequential(ctx, value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Call) and (becomes_nn_sequential(ctx, value) or (
+        isinstance(value.func, cst.Name) and value.func.value in ctx.package.sequential_factories))
+
+
+def _in_module_code(ctx) -> bool:
+    """Inside a Keras class or a functional model's factory that the file defines: code that becomes a Flax
+    module's, where a layer call is a submodule call, not a test's call on the registry."""
+    return ctx.keras_class is not None or bool(ctx.frames and "functional" in ctx.frames[0].tags)
+
+
+UNHELD = ("get_layer on a model the test does not hold by name (e.g. a sub-model attribute): its variables are not "
+          "in this file's registry")
+UNKNOWN_LAYERS = ("model.layers of a model whose construction this file does not show (a parameter, a sub-model "
+                  "attribute): only a Keras Sequential's layer list is translated, where the model is known to be one")
+LAYER_LIST = ("the Flax module keeps Keras' layer list only for a Keras Sequential that becomes an nn.Sequential of the "
+              "same layers (a literal list, no layer taking the training flag); this model's layers have no Keras "
+              "index here (a functional model's list starts with its Inputs, a subclassed model's follows its "
+              "attributes, a compact module names its layers Dense_0)")
+
+
 
 
 class ModuleCallsRule(Rule):
@@ -274,6 +362,10 @@ class ModuleCallsRule(Rule):
                 key = _key(target)
                 if kind is not None and key:
                     _modules(ctx)[key] = kind
+                if key and _is_plain_sequential(ctx, value):
+                    _plain_sequentials(ctx).add(key)
+                elif key:
+                    _plain_sequentials(ctx).discard(key)
         return None
 
     def _instance(self, ctx, node: cst.BaseExpression):
@@ -286,6 +378,8 @@ class ModuleCallsRule(Rule):
         name = ctx.resolve(original.func)
         if name in ctx.tables.layers and name.rsplit(".", 1)[-1] in _layout_layers(ctx):
             ctx.rule_state["layout_layer_seen"] = True
+        if _in_module_code(ctx):
+            return None
         kind = self._instance(ctx, original.func)
         if kind is not None:
             ctx.rule_state["runtime"] = True
@@ -294,11 +388,13 @@ class ModuleCallsRule(Rule):
             receiver = original.func.value
             kind = self._instance(ctx, receiver)
             if original.func.attr.value == "get_layer" and (kind is not None or _keras_file(ctx)):
+                within = ()
                 if kind is None and not isinstance(receiver, cst.Name):
-                    ctx.todo("keras.Model.get_layer", "get_layer on a model the test does not hold by name (e.g. a "
-                             "sub-model attribute): its variables are not in this file's registry")
-                    return None
-                return self._get_layer(ctx, kind, updated)
+                    within = self._submodel(ctx, receiver)
+                    if isinstance(within, str):
+                        ctx.todo("keras.Model.get_layer", within)
+                        return None
+                return self._get_layer(ctx, kind, updated, within)
             if kind is None or id(original.func) in ctx.rule_state.get("compiled_model_handled", ()):
                 return None  # compiled_model_calls.py left this call with its own TODO
             method = original.func.attr.value
@@ -320,35 +416,80 @@ class ModuleCallsRule(Rule):
             return cst.Call(func=cst.Name("_tern_apply"), args=args)
         return None
 
+    def _submodel(self, ctx, receiver: cst.BaseExpression) -> tuple[str, ...] | str:
+        """``model.encoder`` of ``model.encoder.get_layer(name)``: the sub-model's Flax path in the model's
+        variables (``ClassInfo.submodels``: a Flax field of the attribute's name), or why it is not known."""
+        holder = self._instance(ctx, receiver.value) if isinstance(receiver, cst.Attribute) else None
+        info = ctx.package.classes.get(holder) if isinstance(holder, str) else None
+        if info is None:
+            return UNHELD
+        if receiver.attr.value not in info.submodels:
+            return (f"get_layer on `{receiver.attr.value}` of a {holder}: only a sub-model the constructor stores as "
+                    "given (`self.encoder = encoder`, a Flax field of that name), in a model building no layers of "
+                    "its own, has a known place in the model's variables")
+        return (receiver.attr.value,)
+
     @staticmethod
-    def _get_layer(ctx, kind, updated):
-        """``model.get_layer(name)`` -> ``_tern_layer(model, name)``. Keras names are unique in a model and a
+    def _get_layer(ctx, kind, updated, within=()):
+        """``model.get_layer(name)`` -> ``_tern_layer(model, name)``; ``model.encoder.get_layer(name)`` ->
+        ``_tern_layer(model, name, within=("encoder",))``. Keras names are unique in a model and a
         functional model's layers keep theirs as Flax names (tern/layers.py), so a name found at the top of the
         variables tree is that layer; one not found (a Keras auto name, a layer without variables) raises there."""
         args = [a for a in updated.args if not a.star]
         if len(args) != 1 or len(updated.args) != 1 or (args[0].keyword and args[0].keyword.value != "name"):
             ctx.todo("keras.Model.get_layer", "only get_layer(name) is translated (not by index)")
             return None
-        if _counts_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _split_weight_layers(ctx)):
-            layout = "split"
-        elif _keras_layout_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _layout_layers(ctx)):
-            layout = "flax"
-        else:
-            layout = "keras"
+        layout = _layout(ctx, None if within else kind)  # a sub-model's layers: any the package builds
         ctx.rule_state["runtime"] = True
         ctx.rule_state["get_layer"] = True
         ctx.support.add("KerasLayer")
-        call_args = [cst.Arg(updated.func.value, comma=_comma()), args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+        model = updated.func.value.value if within else updated.func.value
+        call_args = [cst.Arg(model, comma=_comma()), args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
         if layout != "keras":
             call_args[-1] = call_args[-1].with_changes(comma=_comma())
             call_args.append(cst.Arg(cst.SimpleString(f'"{layout}"'), keyword=cst.Name("layout"), equal=_eq()))
+        if within:
+            ctx.rule_state["submodels"] = True
+            call_args[-1] = call_args[-1].with_changes(comma=_comma())
+            path = cst.Tuple([cst.Element(cst.SimpleString(f'"{name}"'), comma=_comma()) for name in within[:-1]]
+                             + [cst.Element(cst.SimpleString(f'"{within[-1]}"'))])
+            call_args.append(cst.Arg(path, keyword=cst.Name("within"), equal=_eq()))
         return cst.Call(func=cst.Name("_tern_layer"), args=call_args)
 
+    def _layers(self, ctx, kind, original, updated):
+        """``model.layers`` -> ``_tern_layers(model)`` for a Keras Sequential that is an nn.Sequential of the same
+        layers (its element i is Keras' layer i, layers without variables included); any other model's is refused."""
+        receiver = original.value
+        if kind is None:
+            if not _keras_file(ctx) or ctx.resolve(original) is not None or ctx.resolve(receiver) is not None \
+                    or m.matches(receiver, m.Name("self")):
+                return None  # not a model (``keras.layers``, a test's own attribute)
+            ctx.todo("keras.Model.layers", UNKNOWN_LAYERS)
+            return None
+        if isinstance(kind, str) and kind.startswith("layer:"):
+            return None
+        if _key(receiver) not in _plain_sequentials(ctx) and not _is_plain_sequential(ctx, receiver):
+            ctx.todo("keras.Model.layers", LAYER_LIST)
+            return None
+        ctx.rule_state["runtime"] = True
+        ctx.rule_state["layers"] = True
+        ctx.support.add("KerasLayer")
+        args = [cst.Arg(updated.value)]
+        layout = _layout(ctx, kind)
+        if layout != "keras":
+            args = [cst.Arg(updated.value, comma=_comma()),
+                    cst.Arg(cst.SimpleString(f'"{layout}"'), keyword=cst.Name("layout"), equal=_eq())]
+        return cst.Call(func=cst.Name("_tern_layers"), args=args)
+
     def leave_attribute(self, ctx, original, updated):
+        if _in_module_code(ctx):
+            return None
         kind = self._instance(ctx, original.value)
+        attr = original.attr.value
+        if attr == "layers":
+            return self._layers(ctx, kind, original, updated)
         if kind is None:
             return None
-        attr = original.attr.value
         if attr in LEAVES:
             if _counts_may_differ(ctx, kind):
                 ctx.todo(
@@ -378,9 +519,16 @@ class ModuleCallsRule(Rule):
         ctx.plan.spell("jax.numpy")
         ctx.plan.spell("numpy")
         runtime = list(_runtime())
-        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT), ("get_layer", LAYER)):
+        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT)):
             if ctx.rule_state.get(flag):
-                runtime += runtime_statements(text) if flag == "get_layer" else _parsed(text)
+                runtime += _parsed(text)
+        views = [text for flag, text in (("get_layer", LAYER), ("layers", LAYERS), ("submodels", SUBMODELS))
+                 if ctx.rule_state.get(flag)]
+        if views:
+            runtime += [stmt for text in (*views, SET_VARIABLES) for stmt in runtime_statements(text)]
+        if ctx.rule_state.get("submodels"):
+            ctx.plan.spell("dataclasses")
+            ctx.plan.spell("flax.linen")
         runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         return insert_after_imports(updated, runtime)
 
