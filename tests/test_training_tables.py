@@ -16,6 +16,11 @@ larger than 8e-4 of the displacement.
 
 ``test_plain_optax_differs`` documents why records are not the plain optax call: each
 plain form named in a record's note is run the same way and must FAIL that comparison.
+
+``optimizer.variables`` in translated tests (``_tern_optimizer_variables``, testing/
+train_state_calls.py) is compared with Keras' list the same way: a test's own variables
+under one optimizer per slot layout the runtime knows, and a model (with a frozen layer)
+through a translated GradientTape step.
 """
 
 from __future__ import annotations
@@ -214,3 +219,174 @@ def test_custom_schedule_values_and_config_match_keras():
         np.testing.assert_allclose(float(jitted(jnp.int32(step))), want, rtol=1e-6, atol=1e-8, err_msg=f"jit, step {step}")
     restored = type(schedule).from_config(schedule.get_config())
     assert restored.get_config() == keras_schedule.get_config()
+
+
+# `optimizer.variables` in translated tests (testing/train_state_calls.py): Keras' list after
+# STEPS updates of a test's own variables, one case per entry of _TERN_KERAS_SLOTS plus a
+# schedule (no learning-rate variable then). Structure first (length, shapes), then values.
+# The parameters have four different shapes, so a wrong order (Adam interleaves momentum and
+# velocity per variable; RMSprop lists all velocities, then all momentums, then the average
+# gradients) shows as a shape mismatch, and a wrong slot or sign as a value mismatch. Values
+# are float32 optimizer state after five updates (measured: 3e-5 relative at most):
+# rtol 1e-4, atol 1e-6.
+SLOT_CASES = [
+    ("sgd", "keras.optimizers.SGD(0.1)"),
+    ("sgd_momentum", "keras.optimizers.SGD(0.1, momentum=0.9)"),
+    ("sgd_nesterov_decay_clip", "keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True, weight_decay=0.01, clipnorm=1.0)"),
+    ("adam", "keras.optimizers.Adam(0.1)"),
+    ("adam_schedule", "keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.1, 2, 0.5))"),
+    ("adam_amsgrad", "keras.optimizers.Adam(0.1, amsgrad=True)"),
+    ("adamw_clip", "keras.optimizers.AdamW(0.1, global_clipnorm=1.0)"),
+    ("rmsprop", "keras.optimizers.RMSprop(0.1)"),
+    ("rmsprop_momentum", "keras.optimizers.RMSprop(0.1, momentum=0.9)"),
+    ("rmsprop_centered", "keras.optimizers.RMSprop(0.1, centered=True)"),
+    ("rmsprop_momentum_centered", "keras.optimizers.RMSprop(0.1, momentum=0.9, centered=True)"),
+    ("adagrad", "keras.optimizers.Adagrad(0.1)"),
+    ("adadelta", "keras.optimizers.Adadelta(1.0)"),
+    ("lion", "keras.optimizers.Lion(0.1)"),
+]
+UNMAPPED = [("adamax", "keras.optimizers.Adamax(0.1)"), ("nadam", "keras.optimizers.Nadam(0.1)")]
+SLOTS_OF = '''
+
+def slots_{name}(values, steps):
+    optimizer = {before}
+    variables = [tf.Variable(v) for v in values]
+    for grads in steps:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in grads], variables))
+    return [v.numpy() for v in optimizer.variables]
+'''
+SLOTS_TEST = "import tensorflow as tf\nimport keras\n" + "".join(
+    SLOTS_OF.format(name=n, before=b) for n, b in SLOT_CASES + UNMAPPED) + '''
+
+def slots_before_an_update():
+    plain = keras.optimizers.SGD(0.1)
+    return [v.numpy() for v in plain.variables]
+
+
+def adam_slots_before_an_update():
+    optimizer = keras.optimizers.Adam(0.1)
+    return optimizer.variables
+'''
+
+
+@pytest.fixture(scope="module")
+def slot_programs():
+    from tern.translate import translate_source
+
+    result = translate_source(SLOTS_TEST, is_test=True)
+    assert not result.todos, result.code
+    assert "_tern_optimizer_variables(optimizer)" in result.code
+    jax_ns: dict = {}
+    exec(compile(result.code, "<translation>", "exec"), jax_ns)  # noqa: S102 - tern's own output
+    tf_ns: dict = {"__name__": "keras_slots"}
+    exec(compile(SLOTS_TEST, "<keras>", "exec"), tf_ns)  # noqa: S102
+    return tf_ns, jax_ns
+
+
+def same_slots(got, want) -> None:
+    assert [np.shape(v) for v in got] == [np.shape(v) for v in want], "count or order of the variables"
+    for i, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-6,
+                                   err_msg=f"optimizer variable {i}")
+
+
+@pytest.mark.parametrize("name", [n for n, _ in SLOT_CASES])
+def test_optimizer_variables_are_keras_in_order_and_value(slot_programs, name):
+    tf_ns, jax_ns = slot_programs
+    grads = gradients(name)
+    same_slots(jax_ns[f"slots_{name}"](initial_params(), grads), tf_ns[f"slots_{name}"](initial_params(), grads))
+
+
+def test_optimizer_variables_refuse_what_is_not_known(slot_programs):
+    """Slots not checked against Keras (the optimizer's, or Keras' before build) raise instead of guessing."""
+    tf_ns, jax_ns = slot_programs
+    for name, _ in UNMAPPED:
+        with pytest.raises(NotImplementedError, match="Adamax and Nadam"):
+            jax_ns[f"slots_{name}"](initial_params(), gradients(name))
+    same_slots(jax_ns["slots_before_an_update"](), tf_ns["slots_before_an_update"]())  # [iterations, lr] either way
+    with pytest.raises(ValueError, match="before the optimizer's first update"):
+        jax_ns["adam_slots_before_an_update"]()
+
+
+# A model's parameters: the optimizer's slots follow the model's trainable variables (a Dense
+# kernel before its bias), where the optax state holds them as dicts in sorted key order
+# (bias before kernel); a layer frozen with `trainable = False` has none (optax masks it). The
+# step is a package GradientTape step, translated; two updates from the same weights (ones).
+SLOT_LIBRARY = '''
+import tensorflow as tf
+
+
+def build():
+    inputs = tf.keras.Input(shape=(4,))
+    hidden = tf.keras.layers.Dense(2, kernel_initializer="ones", name="first")(inputs)
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(2, kernel_initializer="ones", name="last")(hidden))
+
+
+def freeze(model, name):
+    model.get_layer(name).trainable = False
+
+
+def train_step(model, optimizer, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+'''
+MODEL_SLOTS_OF = '''
+
+def {name}_slots(x, y):
+    model = build()
+    {freeze}
+    optimizer = {before}
+    for _ in range(2):
+        train_step(model, optimizer, x, y)
+    return [v.numpy() for v in optimizer.variables]
+'''
+MODEL_SLOT_CASES = [
+    ("adam", "pass", "tf.keras.optimizers.Adam(0.1)"),
+    ("sgd", "pass", "tf.keras.optimizers.SGD(0.1, momentum=0.9)"),
+    ("frozen_adam", "freeze(model, \"first\")", "tf.keras.optimizers.Adam(0.1)"),
+]
+SLOT_MODEL_TEST = "import tensorflow as tf\n\nfrom tern_slots_pkg.model import build, freeze, train_step\n" + "".join(
+    MODEL_SLOTS_OF.format(name=n, freeze=f, before=b) for n, f, b in MODEL_SLOT_CASES)
+
+
+def test_a_models_optimizer_variables_follow_its_keras_weight_order():
+    import sys
+    import types
+
+    import jax
+
+    from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
+    from tern.translate import translate_source
+
+    info = PackageInfo()
+    scan_source(SLOT_LIBRARY, "tern_slots_pkg.model", info, training_layer_names())
+    scan_source(SLOT_MODEL_TEST, "tern_slots_pkg.model_test", info, training_layer_names())
+    close_over_bases(info)
+    library = translate_source(SLOT_LIBRARY, package=info)
+    test = translate_source(SLOT_MODEL_TEST, is_test=True, package=info)
+    assert not library.todos and not test.todos, test.code
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 4)).astype("float32"), rng.standard_normal((8, 2)).astype("float32")
+    names = ("tern_slots_pkg", "tern_slots_pkg.model", "tern_slots_pkg.model_test")
+    try:
+        def load(codes):
+            for name, code in zip(names, codes):
+                module = types.ModuleType(name)  # flax dataclasses look their module up in sys.modules
+                module.__path__ = []
+                sys.modules[name] = module
+                exec(compile(code, name, "exec"), module.__dict__)  # noqa: S102
+            return sys.modules[names[-1]]
+
+        keras_test = load(("", SLOT_LIBRARY, SLOT_MODEL_TEST))
+        want = {n: getattr(keras_test, f"{n}_slots")(x, y) for n, _, _ in MODEL_SLOT_CASES}
+        assert len(want["frozen_adam"]) == len(want["adam"]) - 4  # no momentum, velocity for its kernel, bias
+        jax_test = load(("", library.code, test.code))
+        jax_test.train_step = jax.jit(jax_test.train_step)  # one compilation per optimizer, not one per operation
+        for name, _, _ in MODEL_SLOT_CASES:
+            same_slots(getattr(jax_test, f"{name}_slots")(x, y), want[name])
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
