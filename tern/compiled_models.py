@@ -345,7 +345,8 @@ class _Analysis:
             found = {}
             for node in nodes:
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                        and (node.attr in TRAINER_METHODS or node.attr == "optimizer") and node.value.id not in found:
+                        and (node.attr in TRAINER_METHODS or node.attr == "optimizer") and node.value.id not in found \
+                        and not _train_state_predict(node, scope):
                     got = self.sources(node.value, scope)
                     found[node.value.id] = got if got is not None else self._why_unknown(node.value.id, scope)
             if found:
@@ -389,3 +390,11 @@ def analyse(facts: ModelFacts, factories: set[str], classes: set[str]) -> ModelF
     analysis.receivers()
     facts.trees = []  # the trees served the analysis; the rules read its results (and workers get them pickled)
     return facts
+
+
+def _train_state_predict(node: ast.Attribute, scope) -> bool:
+    """``state.predict`` on a parameter named ``state`` / ``<model>_state``: the train state tern's
+    own translation passes (support/KerasTrainState.py), met again when a translation is rerun."""
+    name = node.value.id
+    return (node.attr == "predict" and (name == "state" or name.endswith("_state"))
+            and scope.fn is not None and name in _params(scope.fn))

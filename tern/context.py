@@ -37,6 +37,14 @@ class FunctionFrame:
     training: str | None = None  # name of the training flag in scope, if any
     layers: dict[str, LayerRef] = field(default_factory=dict)
     tags: set[str] = field(default_factory=set)
+    # where a tf.random draw stands, for the key it takes (``FileContext.rng_key``): loops and
+    # tapes by source-order index, as tern/train_steps.py counts them on the ast
+    loops_seen: int = 0
+    loops: list[int] = field(default_factory=list)
+    tapes_seen: int = 0
+    tapes: list[int] = field(default_factory=list)
+    repeated: int = 0  # lambdas and comprehensions around the current node
+    draws: int = 0
 
 
 @dataclass
@@ -145,10 +153,36 @@ class FileContext:
         frame = self.frame
         if frame is not None and frame.in_module_method:
             return cst.parse_expression(f'self.make_rng("{NOISE_STREAM}")')
+        sig = self.package.train.get(frame.name) if frame is not None and len(self.frames) == 1 else None
+        if sig is not None:
+            return self._state_key(frame, sig)
         return Refusal(
             "JAX needs an explicit PRNG key here; add a `key` argument to this function "
             "and thread it from the caller"
         )
+
+    def _state_key(self, frame: FunctionFrame, sig) -> cst.BaseExpression | Refusal:
+        """The key of a draw in a function that takes a train state: ``state.draw_key(site)``
+        (support/KerasTrainState.py), where the state's step changes between any two draws
+        at the same site; else a refusal (the draw would repeat its numbers)."""
+        from tern.multi_state_steps import draw_state
+
+        if frame.repeated:
+            return Refusal("a draw inside a lambda or comprehension would take the same key every time; "
+                           "write a loop around a training call, or pass keys explicitly")
+        loop = frame.loops[-1] if frame.loops else None
+        if sig.pairs and sig.kind == "step":
+            state = draw_state(sig, frame.tapes_seen, frame.tapes[-1] if frame.tapes else None, tuple(frame.loops))
+        else:
+            state = sig.states[0][0]
+            if loop is not None and loop not in sig.advancing:
+                state = None
+        if state is None:
+            return Refusal("a draw in a loop where no training step advances the train state: every iteration "
+                           "would take the same key; split keys with jax.random.split and pass them in")
+        site = f"{frame.name}:{frame.draws}"
+        frame.draws += 1
+        return cst.parse_expression(f'{state}.draw_key("{site}")')
 
     # -- told by rules -----------------------------------------------------------------
     def edit(self, rule: str, before: cst.CSTNode, after: cst.CSTNode) -> None:

@@ -16,9 +16,10 @@ it, so the decision is package-wide and made once, here, on Python's ``ast``:
   ``optimizer.build(model.trainable_variables)``): it takes the state of the model's
   variables and replaces its optimizer there (``state.with_optimizer(optimizer)``); before
   that line the model is ``state.module``;
-- a **reader** only calls a parameter the way Keras calls a model for inference
-  (``model(x, training=False)``) or passes it on as a reader's model: it takes the state
-  and reads the variables.
+- a **reader** only calls a parameter the way Keras calls a model, with a literal
+  ``training=`` (``model(x, training=False)``; ``training=True`` for a forward pass in
+  training mode that updates nothing, e.g. a gradient penalty) or passes it on as a
+  reader's model: it takes the state and reads the variables.
 
 A function that looks like a step but is not one of these shapes gets a refusal: the
 reason its TODO gives. The rewrites live in ``rules/structure/gradient_tape_step.py``,
@@ -35,6 +36,8 @@ from tern import train_checkpoints
 #: names the rewritten functions introduce; a function already using one is left alone
 INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
 TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
+SEVERAL_OPTIMIZERS = ("several apply_gradients in one step, not each `O.apply_gradients(zip(g, M.trainable_variables))` "
+                      "after its own tape (see tern/multi_state_steps.py)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,19 @@ class TrainSig:
     checkpoints: tuple[tuple[str, str], ...] = ()
     #: a threader that makes its optimizer (``optimizer``, a local) next to the model it is given
     builds: bool = False
+    #: several (model, optimizer) pairs, each its own ``<model>_state`` (``tern/multi_state_steps.py``)
+    pairs: tuple[tuple[str, str], ...] = ()
+    #: a multi-state step's tapes in source order: (state, indices of the loops around it)
+    draws: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: source-order indices of the loops in which the state advances (a training call or tape inside)
+    advancing: frozenset[int] = frozenset()
+
+    @property
+    def states(self) -> tuple[tuple[str, str, str | None], ...]:
+        """``(state name, model, optimizer)`` per train state the translation takes."""
+        if self.pairs:
+            return tuple((f"{m}_state", m, o) for m, o in self.pairs)
+        return (("state", self.model, self.optimizer),)
 
     @property
     def updates(self) -> bool:
@@ -111,8 +127,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     if not tapes or not applies:
         return None, None
     if len(applies) > 1:
-        return None, ("several optimizers in one step (e.g. GAN generator and critic): needs one train state per "
-                      "optimizer; not translated yet")
+        return None, SEVERAL_OPTIMIZERS
     if len(tapes) > 1 or any(_is_tape(n) for t in tapes for s in t.body for n in ast.walk(s)):
         return None, ("nested or several tf.GradientTape blocks (e.g. a gradient penalty): not translated yet; "
                       "differentiate an inner function with jax.grad inside the loss function")
@@ -289,6 +304,10 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in sigs and sigs[n.func.id].updates
            and id(n) not in own for n in ast.walk(fn)):
         return None, "a training call inside a lambda or nested function cannot pass the state on; write a loop"
+    if any(sig.updates and sig.pairs for _, sig in _passing_calls(fn, sigs)):
+        from tern import multi_state_steps
+
+        return multi_state_steps.multi_threader(fn, sigs)
     pairs = set()
     for call, sig in _passing_calls(fn, sigs):
         if not sig.updates:
@@ -351,8 +370,10 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
         return None, "a generator"
+    from tern.multi_state_steps import advancing_loops
+
     return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs),
-                    builds=builds), None
+                    builds=builds, advancing=advancing_loops(fn, sigs)), None
 
 
 def _build_index(fn: ast.FunctionDef, model: str, optimizer: str) -> int | None:
@@ -496,8 +517,8 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
             elif id(use) in calls:
                 call = calls[id(use)]
                 training = [k for k in call.keywords if k.arg == "training"]
-                if training and not (isinstance(training[0].value, ast.Constant) and training[0].value.value is False):
-                    ok = False
+                if training and not (isinstance(training[0].value, ast.Constant) and training[0].value.value in (True, False)):
+                    ok = False  # a training flag known only at run time
                 evidence = evidence or bool(training)
             else:
                 ok = False
@@ -520,11 +541,14 @@ def _settle(functions: list[ast.FunctionDef], sigs: dict, refusals: dict, classi
         for fn in functions:
             if fn.name in sigs or fn.name in refusals:
                 continue
-            sig, reason = classify(fn, sigs)
+            sig, _ = classify(fn, sigs)
             if sig is not None:
                 sigs[fn.name] = sig
                 changed = True
-            elif reason:
+    for fn in functions:  # a refusal stands only once no callee can still change
+        if fn.name not in sigs and fn.name not in refusals:
+            _, reason = classify(fn, sigs)
+            if reason:
                 refusals[fn.name] = reason
 
 
@@ -532,12 +556,26 @@ def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict
     """Signatures of the package's training functions, and refusals by function name."""
     sigs: dict[str, TrainSig] = {}
     refusals: dict[str, str] = {}
+    from tern import multi_state_steps  # it builds on this module's helpers
+
+    several: list[ast.FunctionDef] = []
     for fn in functions:
         sig, reason = step_refusal(fn)
         if sig is not None:
             sigs[fn.name] = sig
+        elif reason == SEVERAL_OPTIMIZERS:
+            several.append(fn)  # a multi-state step once the readers it calls are known
         elif reason:
             refusals[fn.name] = reason
     _settle(functions, sigs, refusals, train_checkpoints.checkpointer)
-    _settle(functions, sigs, refusals, _reader_or_threader)
+
+    def classify(fn, known):
+        if fn in several:
+            return multi_state_steps.multi_step(fn, known)
+        return _reader_or_threader(fn, known)
+
+    _settle(functions, sigs, refusals, classify)
+    for fn in several:
+        if fn.name not in sigs and fn.name not in refusals:
+            refusals[fn.name] = SEVERAL_OPTIMIZERS
     return sigs, refusals

@@ -141,11 +141,56 @@ class Translator(cst.CSTTransformer):
             self.ctx.kept_tf = True
             return False
         self.ctx.scopes.push_function(node)
+        self._repeat(1)
 
     def leave_Lambda(self, original, updated):
         if id(original) not in self._opaque:
             self.ctx.scopes.pop()
+            self._repeat(-1)
         return updated
+
+    # -- where a draw stands (FileContext.rng_key) ------------------------------------
+    def _repeat(self, delta: int) -> None:
+        if self.ctx.frame is not None:
+            self.ctx.frame.repeated += delta
+
+    def _enter_loop(self, node) -> None:
+        self._enter_block(node)
+        frame = self.ctx.frame
+        if frame is not None:
+            frame.loops.append(frame.loops_seen)
+            frame.loops_seen += 1
+
+    def _leave_loop(self, original, updated):
+        if self.ctx.frame is not None:
+            self.ctx.frame.loops.pop()
+        return self._leave_block(original, updated)
+
+    def _is_tape(self, node: cst.With) -> bool:
+        return any(isinstance(i.item, cst.Call) and self.ctx.resolve(i.item.func) == "tensorflow.GradientTape"
+                   for i in node.items)
+
+    def _enter_with(self, node) -> None:
+        self._enter_block(node)
+        frame = self.ctx.frame
+        if frame is not None and self._is_tape(node):
+            frame.tapes.append(frame.tapes_seen)
+            frame.tapes_seen += 1
+
+    def _leave_with(self, original, updated):
+        if self.ctx.frame is not None and self._is_tape(original):
+            self.ctx.frame.tapes.pop()
+        return self._leave_block(original, updated)
+
+    def visit_ListComp(self, node) -> None:
+        self._repeat(1)
+
+    def leave_ListComp(self, original, updated):
+        self._repeat(-1)
+        return updated
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+    leave_SetComp = leave_DictComp = leave_GeneratorExp = leave_ListComp
 
     def _keep_generated(self, node: cst.ClassDef | cst.FunctionDef) -> bool:
         """tern's own support code, inlined by an earlier run: already JAX, not offered to rules
@@ -169,7 +214,9 @@ class Translator(cst.CSTTransformer):
     def _enter_block(self, node) -> None:
         self._touched_source.append(False)
 
-    visit_If = visit_For = visit_While = visit_With = visit_Try = _enter_block
+    visit_If = visit_Try = _enter_block
+    visit_For = visit_While = _enter_loop
+    visit_With = _enter_with
 
     # -- names that are not references ------------------------------------------------
     def visit_Import(self, node) -> bool:
@@ -374,7 +421,9 @@ class Translator(cst.CSTTransformer):
     def _leave_block(self, original, updated):
         return self._finish_statement(updated)
 
-    leave_If = leave_For = leave_While = leave_With = leave_Try = _leave_block
+    leave_If = leave_Try = _leave_block
+    leave_For = leave_While = _leave_loop
+    leave_With = _leave_with
 
     def leave_FunctionDef(self, original, updated):
         if id(original) in self._opaque:

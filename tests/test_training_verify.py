@@ -163,7 +163,12 @@ def test_steps_are_the_functions_tern_translates_as_steps():
     assert step.params == ("model", "optimizer", "loss_fn", "x", "y")
     gan = (ROOT / "fixtures" / "tf" / "train_wgan_gp" / "train.py").read_text()
     (refused,) = find_steps(gan)
-    assert refused.unsupported.startswith("tern leaves this step as written: several optimizers")
+    assert refused.unsupported.startswith("a step over several train states")
+    assert "tf.random" in refused.unsupported
+    (left,) = find_steps(gan.replace("critic_optimizer.apply_gradients(zip(c_grads, critic.trainable_variables))",
+                                     "generator_optimizer.apply_gradients(zip(c_grads, critic.trainable_variables))"))
+    assert left.unsupported == ("tern leaves this step as written: a model updated by two optimizers, or an optimizer "
+                                "updating two models: not translated")
     assert find_steps("def f(model, x):\n    return model(x)\n") == []
 
 

@@ -29,9 +29,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
+from tern_rules.structure.input_gradient_tape import rewrite_input_tapes
 
 TAPE = "tensorflow.GradientTape"
 GENERIC = "a tape outside a training step tern recognizes (see tern/train_steps.py); use jax.grad / jax.value_and_grad"
+TEST_TAPE = ("a tape in a test, differentiating with respect to a model's variables: here they are arrays in this "
+             "file's registry, not variables a tape watches; differentiate a function of them with jax.grad")
 
 
 def _stores(node: cst.CSTNode) -> set[str]:
@@ -136,12 +139,13 @@ def returning_state(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
 class GradientTapeStepRule(Rule):
     id = "structure:gradient-tape-step"
     consumes = frozenset({TAPE})
-    scope = "models"
+    scope = "all"  # tests: input tapes are rewritten, others keep a TODO
     order = 45  # after tf_function.py has chosen between jax.jit and eager
 
     def visit_function(self, ctx, node):
         sig = ctx.package.train.get(node.name.value)
-        if sig is not None and sig.kind == "step" and len(ctx.frames) == 1 and not ctx.frame.in_module_method:
+        if sig is not None and sig.kind == "step" and not sig.pairs and len(ctx.frames) == 1 and not ctx.is_test \
+                and not ctx.frame.in_module_method:  # several pairs: multi_state_step.py
             ctx.frame.tags.add("train_step")
 
     def leave_call(self, ctx, original, updated):
@@ -149,13 +153,18 @@ class GradientTapeStepRule(Rule):
             frame = ctx.frames[0] if ctx.frames else None
             if frame is None:
                 ctx.todo("tf.GradientTape", GENERIC)
-            elif not frame.tags & {"train_step", "step_override"}:  # step_override: keras_step_override.py
+            elif not frame.tags & {"train_step", "multi_step", "step_override"}:  # keras_step_override.py, multi_state_step.py
                 frame.tags.add("untranslated_tape")
         return None
 
     def leave_function(self, ctx, original, updated):
         if "untranslated_tape" in ctx.frame.tags and len(ctx.frames) == 1:
-            ctx.todo("tf.GradientTape", ctx.package.train_refusals.get(ctx.frame.name) or GENERIC)
+            rewritten, reasons = rewrite_input_tapes(ctx, updated)
+            if not reasons:
+                return rewritten
+            generic = TEST_TAPE if ctx.is_test else GENERIC
+            refusal = None if ctx.is_test else ctx.package.train_refusals.get(ctx.frame.name)
+            ctx.todo("tf.GradientTape", refusal or next((r for r in reasons if r), generic))
             return None
         if "train_step" not in ctx.frame.tags:
             return None

@@ -11,6 +11,7 @@ knows the modules their tests build.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern.context import support_names
 from tern.rule import Rule
@@ -43,6 +44,11 @@ class KerasTrainingApiRule(Rule):
     scope = "models"
     order = 95  # after every rule that translates such a call where it knows the receiver
 
+    def visit_function(self, ctx, node):
+        if len(ctx.frames) == 1:
+            params = {p.name.value for p in (*node.params.params, *node.params.kwonly_params)}
+            ctx.rule_state.setdefault("state_params", {})[node.name.value] = params
+
     def leave_call(self, ctx, original, updated):
         func = original.func
         if isinstance(func, cst.Attribute) and func.attr.value in METHODS:
@@ -62,15 +68,26 @@ class KerasTrainingApiRule(Rule):
     def _flag(ctx, node: cst.Attribute) -> None:
         if not ctx.scopes.imports_source or ctx.resolve(node) is not None:
             return  # a file with no TF, or a TF/Keras symbol itself: the tables' business
-        if ctx.frames and ctx.frames[0].tags & {"train_step", "train_state", "step_override"}:
+        if ctx.frames and ctx.frames[0].tags & {"train_step", "multi_step", "train_state", "step_override"}:
             return  # a step, a state-passing function or a Keras step override: tern/train_steps.py,
             # tern/step_overrides.py checked every such use
         root = _root(node.value)
+        if node.attr.value == "predict" and m.matches(node.value, m.Name()) and _is_state_param(ctx, node.value.value):
+            return  # tern's train state (support/KerasTrainState.py), met again when a translation is rerun
         if isinstance(root, cst.Name) and root.value in support_names():
             return  # tern's own support API (``KerasTrainer.of(model).fit``), a translation already
         if id(node) in ctx.rule_state.get("compiled_model_handled", ()):
             return  # compiled_model_calls.py gave this call its own, more precise TODO
         ctx.todo(f"{_receiver(node.value)}.{node.attr.value}", REASON)
+
+
+
+def _is_state_param(ctx, name: str) -> bool:
+    """A parameter named ``state`` / ``<model>_state`` of the enclosing top-level function (tern names
+    the train states it passes so, and refuses to translate functions that already use the name)."""
+    fn = ctx.frames[0].name if ctx.frames else None
+    return fn is not None and (name == "state" or name.endswith("_state")) and name in ctx.rule_state.get(
+        "state_params", {}).get(fn, ())
 
 
 RULE = KerasTrainingApiRule()

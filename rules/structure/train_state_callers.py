@@ -22,12 +22,11 @@ from tern.train_steps import OPTIMIZER_READS, UNROLLED
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
 
 
-class _Rename(cst.CSTTransformer):
-    """Every reference to ``old`` becomes ``state`` (or ``new``; attribute names and keywords untouched)."""
+class References(cst.CSTTransformer):
+    """A transformer that tells references (``self.skip`` holds the names that are not: attribute
+    names and keywords)."""
 
-    def __init__(self, old: str, new: str = "state"):
-        self.old = old
-        self.new = cst.parse_expression(new)
+    def __init__(self):
         self.skip: set[int] = set()
 
     def visit_Attribute(self, node):
@@ -37,8 +36,18 @@ class _Rename(cst.CSTTransformer):
         if node.keyword is not None:
             self.skip.add(id(node.keyword))
 
+
+class _Rename(References):
+    """Every reference to ``old`` becomes ``state`` (or ``new``)."""
+
+    def __init__(self, old: str, new: str = "state"):
+        super().__init__()
+        self.old = old
+        self.new = cst.parse_expression(new)
+
     def visit_FunctionDef(self, node):
-        return False
+        # a function a rule made (an input tape's target) reads the name; one binding it is another scope
+        return not any(p.name.value == self.old for p in (*node.params.params, *node.params.kwonly_params))
 
     def visit_Lambda(self, node):
         return False
@@ -51,19 +60,33 @@ class _Rename(cst.CSTTransformer):
 
 def _drop_arg(call: cst.Call, sig) -> cst.Call:
     """The call without its optimizer argument (positional or keyword)."""
-    index = sig.params.index(sig.optimizer)
+    return _drop_args(call, sig) if sig.optimizer is not None else call
+
+
+def _drop_args(call: cst.Call, sig) -> cst.Call:
+    """The call without its optimizers' arguments (positional or keyword)."""
+    optimizers = {o for _, _, o in sig.states if o is not None}
+    indices = {sig.params.index(o) for o in optimizers}
     args, positional = [], 0
     for arg in call.args:
         if arg.keyword is None and arg.star == "":
             positional += 1
-            if positional - 1 == index:
+            if positional - 1 in indices:
                 continue
-        elif arg.keyword is not None and arg.keyword.value == sig.optimizer:
+        elif arg.keyword is not None and arg.keyword.value in optimizers:
             continue
         args.append(arg)
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(args=args)
+
+
+def states_and(states: tuple[str, ...], value: cst.BaseExpression | None) -> cst.Tuple:
+    """``state, value`` (``a_state, b_state, value`` for several states)."""
+    if states == ("state",):
+        return state_and(value)
+    out = state_and(value)
+    return out.with_changes(elements=[cst.Element(cst.Name(s)) for s in states] + [out.elements[-1]])
 
 
 class _OptimizerReads(cst.CSTTransformer):
@@ -90,14 +113,15 @@ class _OptimizerReads(cst.CSTTransformer):
 class _Thread(cst.CSTTransformer):
     """Training calls rebind ``state``; readers' model calls become ``state.predict``."""
 
-    def __init__(self, package, reader: bool):
+    def __init__(self, package, reader: bool, states: tuple[str, ...] = ("state",)):
         self.sigs = package.train
         self.reader = reader
+        self.states = states  # the train states a training call rebinds, in the callee's order
         self.hoisted: list[list[cst.BaseSmallStatement]] = [[]]
         self.counts: dict[str, int] = {}
 
     def visit_FunctionDef(self, node):
-        return False
+        return self.reader  # a reader's model calls inside an input tape's target function read the state too
 
     def leave_Call(self, original, updated):
         if self.reader and m.matches(updated.func, m.Name("state")):
@@ -107,7 +131,7 @@ class _Thread(cst.CSTTransformer):
             return _drop_arg(updated, sig)  # takes the state, returns what it returned (train_checkpoints.py)
         if sig is None or not sig.updates:
             return updated
-        call = _drop_arg(updated, sig)
+        call = _drop_args(updated, sig)
         name = f"{updated.func.value}_result"
         self.counts[name] = self.counts.get(name, 0) + 1
         if self.counts[name] > 1:
@@ -132,9 +156,8 @@ class _Thread(cst.CSTTransformer):
             direct = cst.Name("_")
         for i, (name, call) in enumerate(hoisted):
             target = direct if (direct is not None and i == len(hoisted) - 1) else cst.Name(name)
-            assign = cst.Assign(
-                targets=[cst.AssignTarget(cst.Tuple([cst.Element(cst.Name("state")), cst.Element(target)], lpar=[], rpar=[]))],
-                value=call)
+            elements = [cst.Element(cst.Name(state)) for state in self.states] + [cst.Element(target)]
+            assign = cst.Assign(targets=[cst.AssignTarget(cst.Tuple(elements, lpar=[], rpar=[]))], value=call)
             lines.append(cst.SimpleStatementLine([assign], leading_lines=updated.leading_lines if i == 0 else []))
         if direct is None:
             lines.append(updated.with_changes(leading_lines=[]))
@@ -143,7 +166,8 @@ class _Thread(cst.CSTTransformer):
     def leave_Return(self, original, updated):
         if self.reader:
             return updated
-        return updated.with_changes(value=state_and(updated.value), whitespace_after_return=cst.SimpleWhitespace(" "))
+        return updated.with_changes(value=states_and(self.states, updated.value),
+                                    whitespace_after_return=cst.SimpleWhitespace(" "))
 
 
 class _Unroll(cst.CSTTransformer):
@@ -195,7 +219,7 @@ class TrainStateCallersRule(Rule):
         if not isinstance(original.func, cst.Name) or original.func.value not in ctx.package.train:
             return None
         frame = ctx.frames[0] if ctx.frames else None
-        if frame is not None and frame.tags & {"train_state", "train_step"}:
+        if frame is not None and frame.tags & {"train_state", "train_step", "multi_step"}:
             return None
         sig = ctx.package.train[original.func.value]
         why = ctx.package.train_refusals.get(frame.name) if frame is not None else None
@@ -208,6 +232,8 @@ class TrainStateCallersRule(Rule):
         if "train_state" not in ctx.frame.tags:
             return None
         sig = ctx.package.train[original.name.value]
+        if sig.pairs:
+            return self._multi(ctx, original, updated, sig)
         body = list(updated.body.body)
         if sig.builds:  # the model is the module object until the optimizer is built, then the state
             at = next(i for i, s in enumerate(body) if _is_build(s, sig))
@@ -229,6 +255,37 @@ class TrainStateCallersRule(Rule):
         params = replace_params(updated.params, sig.model, sig.optimizer)
         out = updated.with_changes(params=params, body=block)
         return out.with_changes(decorators=step_decorator(ctx, original, out, static_params(params, out.body)))
+
+    @staticmethod
+    def _multi(ctx, original, updated, sig):
+        """A threader of several train states (tern/multi_state_steps.py): each model becomes its
+        state, the optimizers and their ``build`` go, training calls rebind every state."""
+        states = sig.states
+        body = [s for s in updated.body.body if not any(_is_build(s, _Pair(m, o)) for _, m, o in states)]
+        block = updated.body.with_changes(body=body)
+        for state, model, _ in states:
+            block = block.visit(_Rename(model, state))
+        block = block.visit(_Unroll({n for n, s in ctx.package.train.items() if s.updates}))
+        block = block.visit(_Thread(ctx.package, reader=False, states=tuple(s for s, _, _ in states)))
+        if not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
+            block = block.with_changes(body=[*block.body, cst.parse_statement(
+                f"return {', '.join(s for s, _, _ in states)}, None\n")])
+        optimizers = {o for _, _, o in states}
+        renamed = {m: s for s, m, _ in states}
+        kept = [p.with_changes(name=cst.Name(renamed[p.name.value])) if p.name.value in renamed else p
+                for p in updated.params.params if p.name.value not in optimizers]
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        params = updated.params.with_changes(params=kept)
+        out = updated.with_changes(params=params, body=block)
+        return out.with_changes(decorators=step_decorator(ctx, original, out, static_params(params, out.body)))
+
+
+class _Pair:
+    """The two names ``_is_build`` reads from a signature."""
+
+    def __init__(self, model: str, optimizer: str):
+        self.model, self.optimizer = model, optimizer
 
 
 RULE = TrainStateCallersRule()

@@ -10,6 +10,8 @@ a translated step takes this state and returns the next one. It is flax's ``Trai
 - ``rng``: the key dropout and noise layers draw from. Step ``n`` uses
   ``fold_in(rng, n)``, so a step is reproducible from the state alone. Keras draws from
   its global seed generator instead: masks differ between TF and JAX, equal rates.
+  A ``tf.random`` draw in a step or in a function given the state draws from
+  ``draw_key(site)``: that step's key folded with the draw's place in the source.
 
 Translations insert this definition into the output file; the imports are not copied.
 """
@@ -84,8 +86,33 @@ class KerasTrainState(flax.training.train_state.TrainState):
         return out, {**self.model_state, **updates}
 
     def predict(self, *args, **kwargs):
-        """The model's output with the current variables, nothing updated (Keras' inference call)."""
-        return self.apply_fn(self.variables(), *args, **self.keras_call_kwargs(kwargs))
+        """The model's output with the current variables, nothing updated (Keras' inference call).
+
+        A training-mode call (``training=True``) draws dropout and noise from this step's key,
+        as ``apply_model`` does; a model with collections Keras updates in such a call
+        (moving statistics) is refused, since nothing here would keep the updates.
+        """
+        if kwargs.get("training") is not True:
+            return self.apply_fn(self.variables(), *args, **self.keras_call_kwargs(kwargs))
+        kept = sorted(c for c in self.model_state if c != "losses")  # a pass's loss terms are recomputed, not kept
+        if kept:
+            raise NotImplementedError(
+                f"a training call of a model with {kept} outside its train step's loss function: "
+                "Keras updates those in place, and this call would drop the updates")
+        out, _ = self.apply_model(self.params, *args, **kwargs)
+        return out
+
+    def draw_key(self, site):
+        """The key of one ``tf.random`` draw at ``site`` (its function and place in the source) in this step.
+
+        Keras draws from a global seed generator that advances with every draw; here a draw is
+        a function of the state: ``fold_in(fold_in(rng, step), hash(site))`` (32-bit FNV-1a of
+        the site's name), different for every step and every draw site, the same when a step is rerun.
+        """
+        digest = 2166136261
+        for byte in site.encode():
+            digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
+        return jax.random.fold_in(jax.random.fold_in(self.rng, self.step), digest)
 
     def keras_call_kwargs(self, kwargs):
         """``kwargs`` without ``training`` if the model's call takes no such argument.

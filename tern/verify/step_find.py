@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tern.train_steps import step_refusal
+from tern.train_steps import SEVERAL_OPTIMIZERS, analyse, step_refusal
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,28 @@ def find_steps(source: str) -> list[Step]:
     except SyntaxError:
         return []
     steps = []
-    for fn in tree.body:
-        if not isinstance(fn, ast.FunctionDef):
-            continue
+    functions = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    sigs, refusals = analyse(functions)
+    for fn in functions:
         sig, refusal = step_refusal(fn)
-        if sig is not None and sig.kind == "step":
+        multi = sigs.get(fn.name)
+        if multi is not None and multi.pairs and multi.kind == "step":
+            steps.append(Step(fn.name, _params(fn), unsupported=_multi_reason(fn)))
+        elif sig is not None and sig.kind == "step":
             steps.append(Step(fn.name, _params(fn), sig.model, sig.optimizer or ""))
         elif refusal:
+            if refusal == SEVERAL_OPTIMIZERS and fn.name not in sigs:
+                refusal = refusals.get(fn.name, refusal)
             steps.append(Step(fn.name, _params(fn), unsupported=f"tern leaves this step as written: {refusal}"))
     return steps
+
+
+def _multi_reason(fn: ast.FunctionDef) -> str:
+    """Why a step over several train states (tern/multi_state_steps.py) is not replayed."""
+    reason = ("a step over several train states (one per optimizer): the training replay runs one-state steps "
+              "only (tests/test_multi_state_steps.py compares such a step with Keras over three steps)")
+    draws = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ".random." in f".{ast.unparse(n.func)}."]
+    if draws:
+        reason += ("; and it draws from tf.random, which Keras takes from its global generator and the "
+                   "translation from the states' keys, so the two never see the same numbers")
+    return reason

@@ -1,0 +1,168 @@
+"""A ``tf.GradientTape`` in a test, over a model's variables, becomes ``jax.grad`` over the test's registry.
+
+::
+
+    with tf.GradientTape() as tape:                  def tape_target(tape_params):
+        gp = penalty(critic, x)                          with _TernTapeParams(tape_params):
+    grad = tape.gradient(gp, critic.layers[0].kernel)        gp = penalty(_tern_train_state(critic), x)
+                                                         return jnp.sum(gp), (gp,)
+                                                     (tape_grads, (gp,)) = jax.grad(tape_target, has_aux=True)(_tern_tape_params())
+                                                     grad = _tern_tape_gradient(tape_grads, lambda: _tern_layers(critic)[0].kernel)
+
+A Keras tape watches every trainable variable the body reads. In a translated test the
+models' variables live in the file's registry (``module_calls.py``), so the body becomes
+a function of every registered model's params, installed in the registry while it runs
+(and the registry restored after: what the body writes there, e.g. moving statistics, is
+dropped; a model first built inside the body is refused at run time, its variables did not
+exist to differentiate). ``tape.gradient(target, sources)`` reads ``sources`` with the gradients in
+place of the params, so any expression that reads a weight (``model.trainable_variables``,
+a layer's ``kernel``) gives its gradient. TF differentiates the sum of a non-scalar target.
+Differences kept visible: TF gives None for a variable the target does not depend on,
+JAX zeros. Only the plain shape is rewritten (simple statements, one ``tape.gradient``
+after the block, no ``watch``: an input tape is ``structure/input_gradient_tape.py``'s).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.rule import Rule
+from tern.translate import insert_after_imports
+from tern_rules.structure.input_gradient_tape import (PERSISTENT, _is_tape_with, _names, _stores, _tape_uses,
+                                                       plain_tape)
+from tern_rules.testing.module_calls import runtime_statements
+
+RUNTIME = '''
+
+def _tern_tape_params():
+    """The params of every model in this file's registry: what a Keras tape in a test watches."""
+    return {key: entry[1]["params"] for key, entry in _TERN_VARIABLES.items() if "params" in entry[1]}
+
+
+class _TernTapeParams:
+    """The registry with ``params`` (model key -> params) in place of the models' own, restored on exit."""
+
+    def __init__(self, params, only=False):
+        self.params, self.only = params, only
+
+    def __enter__(self):
+        self.saved = dict(_TERN_VARIABLES)
+        for key, value in self.params.items():
+            module, variables = _TERN_VARIABLES[key]
+            _TERN_VARIABLES[key] = (module, {"params": value} if self.only else {**variables, "params": value})
+
+    def __exit__(self, kind, *exc):
+        built = set(_TERN_VARIABLES) - set(self.saved)
+        _TERN_VARIABLES.clear()
+        _TERN_VARIABLES.update(self.saved)
+        if built and kind is None:
+            raise ValueError("a model was built inside the tape (Keras builds a layer on its first call): call it "
+                             "once before the `with` block, so its variables exist to be differentiated")
+
+
+def _tern_tape_gradient(grads, sources):
+    """Keras' ``tape.gradient(target, sources)``: ``sources()`` read with the gradients in place of the params."""
+    with _TernTapeParams(grads, only=True):
+        found = sources()
+        if isinstance(found, (list, tuple)):
+            return [jnp.asarray(v) for v in found]
+        return jnp.asarray(found)
+'''
+
+
+def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
+    stmt = block[at]
+    tape = plain_tape(stmt)
+    if tape is None:
+        return block, PERSISTENT
+    body = list(stmt.body.body)
+    if not all(isinstance(s, cst.SimpleStatementLine) for s in body) or any(
+            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or _tape_uses(s, tape) for s in body):
+        return block, None  # an input tape (watch) or a block: left to the caller's report
+    gradient = m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient")))
+    grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1) for c in m.findall(s, gradient)]
+    if len(grads) != 1 or sum(len(_tape_uses(s, tape)) for s in fn.body.body) != 1:
+        return block, "the tape is used for more than one tape.gradient(...) after its block"
+    grad_at, call = grads[0]
+    if len(call.args) != 2 or any(a.keyword or a.star for a in call.args) or not isinstance(call.args[0].value, cst.Name):
+        return block, "tape.gradient of something other than (target, sources)"
+    target = call.args[0].value.value
+    stored = _stores(body)
+    if target not in stored:
+        return block, f"the target `{target}` is not computed inside the tape"
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    clash = sorted(stored & (_stores(block[:at]) | params))
+    if clash:
+        return block, f"`{clash[0]}` is rebound inside the tape; rename it there first"
+    fn_target, fn_grads = f"{tape}_target", f"{tape}_grads"
+    if {fn_target, fn_grads, f"{tape}_params"} & _names(fn):
+        return block, f"the test already uses `{fn_target}` or `{fn_grads}`, which the translation needs"
+    later = set().union(*(_names(s) for s in block[at + 1:]))
+    aux = sorted((stored & later) - {target})
+    bound = cst.With(items=[cst.WithItem(cst.Call(cst.Name("_TernTapeParams"), [cst.Arg(cst.Name(f"{tape}_params"))]))],
+                     body=cst.IndentedBlock(body))
+    total = cst.Module([]).code_for_node(ctx.target_name("jax.numpy.sum"))
+    ret = f"return {total}({target}), ({', '.join(aux)},)\n" if aux else f"return {total}({target})\n"
+    target_fn = cst.FunctionDef(name=cst.Name(fn_target), params=cst.Parameters([cst.Param(cst.Name(f"{tape}_params"))]),
+                                body=cst.IndentedBlock([bound, cst.parse_statement(ret)]), leading_lines=stmt.leading_lines)
+    grad = cst.Module([]).code_for_node(ctx.target_name("jax.grad"))
+    lhs = f"({fn_grads}, ({', '.join(aux)},))" if aux else fn_grads
+    options = ", has_aux=True" if aux else ""
+    grad_stmt = cst.parse_statement(f"{lhs} = {grad}({fn_target}{options})(_tern_tape_params())\n")
+    sources = cst.Lambda(cst.Parameters([]), call.args[1].value)
+    value = cst.Call(cst.Name("_tern_tape_gradient"), [
+        cst.Arg(cst.Name(fn_grads), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(sources)])
+    new = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(_Swap(call, value)),
+           *block[grad_at + 1:]]
+    return new, None
+
+
+class _Swap(cst.CSTTransformer):
+    def __init__(self, target, value):
+        self.target, self.value = target, value
+
+    def leave_Call(self, original, updated):
+        return self.value if original is self.target else updated
+
+
+class TestTapesRule(Rule):
+    id = "testing:test-tapes"
+    scope = "tests"
+    order = 44  # before structure/gradient_tape_step.py reports the tapes left
+
+    def leave_function(self, ctx, original, updated):
+        if len(ctx.frames) != 1:
+            return None
+        changed = False
+
+        def walk(block: list) -> list:
+            nonlocal changed
+            i = 0
+            while i < len(block):
+                stmt = block[i]
+                if _is_tape_with(stmt):
+                    new, _ = _rewrite(ctx, updated, block, i)
+                    if new is not block:
+                        block, changed = new, True
+                        i += 2
+                        continue
+                elif isinstance(stmt, (cst.For, cst.While, cst.If, cst.With)):
+                    block[i] = stmt.with_changes(body=stmt.body.with_changes(body=walk(list(stmt.body.body))))
+                i += 1
+            return block
+
+        body = walk(list(updated.body.body))
+        if not changed:
+            return None
+        ctx.rule_state["runtime"] = True  # module_calls.py's registry
+        ctx.rule_state["tape_runtime"] = True
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    def leave_module(self, ctx, updated):
+        if not ctx.rule_state.get("tape_runtime"):
+            return None
+        return insert_after_imports(updated, runtime_statements(RUNTIME))
+
+
+RULE = TestTapesRule()
