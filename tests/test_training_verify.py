@@ -222,3 +222,31 @@ def test_training_results_are_cached_and_keyed_on_the_modules_the_step_uses(tmp_
     assert train("rec-b") is False and len(runner.jobs) == 4  # and the tolerance
     assert runner.jobs[0].task == "tern.verify.tasks:replay_steps" and runner.jobs[0].kind == "jax"
     cache.close()
+
+
+def test_fit_on_a_package_model_is_noted_as_not_compared(tmp_path):
+    """Training through Keras fit is not replayed: the recorder names the module and the model's class,
+    from a call in the module's tests, and leaves Keras' fit as it found it."""
+    import types
+
+    import keras
+    import numpy as np
+
+    from tern.verify.step_record import FIT_NOT_COMPARED, StepRecorder
+
+    module = types.ModuleType("pkg.model")
+    before = keras.Model.fit
+    recorder = StepRecorder(tmp_path)
+    recorder.install([module])
+    try:
+        test_globals = {"__name__": "pkg.model_test", "keras": keras, "np": np}
+        exec("def test_fit():\n"  # noqa: S102 - a test function of a module named like a package's tests
+             "    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+             "    model.compile(optimizer='sgd', loss='mse')\n"
+             "    return model.fit(np.ones((4, 2)), np.zeros((4, 1)), epochs=1, verbose=0)\n", test_globals)
+        history = test_globals["test_fit"]()
+    finally:
+        recorder.close()
+    assert len(history.history["loss"]) == 1  # the test saw Keras' own fit
+    assert recorder.not_compared == {"pkg.model:Sequential.fit": {FIT_NOT_COMPARED: 1}}
+    assert keras.Model.fit is before and "fit" not in vars(keras.Model)

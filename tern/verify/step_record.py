@@ -13,6 +13,10 @@ tests run: the test sees what it would have seen without the recorder.
 
 After the tests, ``step_copies.py`` runs each session on copies and writes its case.
 
+Keras ``fit`` on a package's model (from the package or its tests) is noted as training not
+compared, under ``module:Class.fit``: the translation trains it on KerasTrainer, which this
+replay does not run.
+
 Dropout and noise layers are not compared rather than switched off: TF's and JAX's masks
 come from different RNGs, and switching them off exactly on both sides would need every
 rate of the translated model to be reachable from outside it.
@@ -36,6 +40,25 @@ from tern.verify.step_objects import NotRenderable, keras_class, keras_source
 from tern.weights import variable_path
 
 RANDOM_ATTRIBUTES = ("rate", "dropout", "recurrent_dropout", "stddev")
+_INHERITED = object()  # an attribute the class inherits: undone by deleting the patch
+FIT_NOT_COMPARED = ("Keras fit (through the model's train_step override, if it has one) runs on KerasTrainer in the "
+                    "translation; the training replay runs GradientTape step functions only (tests/test_keras_trainer.py "
+                    "compares KerasTrainer.fit with Keras: losses, metrics, History, weights)")
+
+
+def _fit_target(model: Any, names: set[str]) -> str | None:
+    """``module:Class.fit`` for a fit called from a package module or from the tests of one
+    (``model_test`` / ``test_model`` -> ``model``), whichever the call stack meets first."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        parent, _, leaf = name.rpartition(".")
+        subject = leaf.removesuffix("_test") if leaf.endswith("_test") else leaf.removeprefix("test_")
+        for candidate in (name, f"{parent}.{subject}" if parent else subject):
+            if candidate in names:
+                return f"{candidate}:{type(model).__name__}.fit"
+        frame = frame.f_back
+    return None
 
 
 def _tf():
@@ -123,10 +146,32 @@ class StepRecorder:
                         if value is original or getattr(value, "__wrapped__", None) is original:
                             self._undo.append((holder, attr, value))
                             setattr(holder, attr, _StepCall(self, step, target, value))
+        self._watch_fit({module.__name__ for module in modules})
+
+    def _watch_fit(self, names: set[str]) -> None:
+        """Note Keras ``fit`` calls on the package's models: training the replay does not compare."""
+        try:
+            import keras
+        except ImportError:
+            return
+        original = keras.Model.fit
+        recorder = self
+
+        def fit(model, *args, **kwargs):
+            target = _fit_target(model, names)
+            if target is not None and FIT_NOT_COMPARED not in recorder.not_compared.get(target, {}):
+                recorder.note(target, FIT_NOT_COMPARED)
+            return original(model, *args, **kwargs)
+
+        self._undo.append((keras.Model, "fit", original if "fit" in vars(keras.Model) else _INHERITED))
+        keras.Model.fit = fit
 
     def close(self) -> None:
         for holder, attr, value in reversed(self._undo):
-            setattr(holder, attr, value)
+            if value is _INHERITED:
+                delattr(holder, attr)
+            else:
+                setattr(holder, attr, value)
         self._undo.clear()
 
     # -- observing the test's calls ---------------------------------------------------
