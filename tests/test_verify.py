@@ -85,7 +85,18 @@ def test_replayed_layers_agree_within_float32_tolerance(first):
     _, report = first
     equivalent = [row for row in rows(report).values() if row["status"] == "equivalent" and row["cases_total"]]
     assert len(equivalent) >= 15
-    assert all(row["max_abs"] is not None and row["max_abs"] < 1e-5 for row in equivalent)
+    # float32: a transformer's attention and layer norms (train_transformer_finetune.model) reach 2.3e-5
+    assert all(row["max_abs"] is not None and row["max_abs"] < 1e-4 for row in equivalent)
+
+
+def test_training_steps_are_replayed_with_frozen_layers_and_fit_is_reported(first):
+    _, report = first
+    steps = {(s["module"], s["function"]): s for package in report["packages"]
+             for s in (package.get("training") or {}).get("steps", [])}
+    finetune = steps[("train_transformer_finetune.finetune", "finetune_step")]
+    assert finetune["status"] == "equivalent" and len(finetune["sessions"]) == 2  # the test froze the body first
+    fit = steps[("train_classifier_fit.model", "Sequential.fit")]
+    assert fit["status"] == "not compared" and "KerasTrainer" in next(iter(fit["not_compared"]))
 
 
 def test_original_tests_ran_and_passed_under_the_recorder(first):

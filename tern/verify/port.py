@@ -103,7 +103,11 @@ class _Walk:
             return
         if _is_container(layer):
             for sub in layer.layers:
-                self.layer(sub, path or scope, "")
+                # a package layer in a functional/Sequential model: its attributes sit under its Keras name (the
+                # translation keeps a functional layer's name=); a table layer is placed in order in the scope
+                own = not _has_record(sub) and not _is_container(sub) and getattr(sub, "name", "")
+                inner = f"{path}/{sub.name}" if own and path else (sub.name if own else "")
+                self.layer(sub, path or scope, inner)
             return
         own: dict[str, dict] = {}
         for attr, value in list(vars(layer).items()):
@@ -111,7 +115,10 @@ class _Walk:
                 continue
             child = f"{path}/{attr}" if path else attr
             if _is_variable(value):
-                collection = "params" if value.trainable else "batch_stats"
+                # a frozen layer's weights stay in Keras' _trainable_variables (layer.trainable = False flips
+                # their flag, not the list): params still; only weights made non-trainable are statistics
+                created_trainable = any(value is v for v in getattr(layer, "_trainable_variables", ()))
+                collection = "params" if value.trainable or created_trainable else "batch_stats"
                 own.setdefault(collection, {})[attr] = np.asarray(self.value_of(value))
                 self.reached.add(id(value))
             elif _is_layer(value):

@@ -93,9 +93,8 @@ def _trajectory(session: Any, indices: list[int], capture: bool) -> tuple[list |
     weights = list(copy.weights)
     if [tuple(v.shape) for v in weights] != [w.shape for w in session.weights]:
         return f"a copy rebuilt from {session.origin['name']} has other weights ({len(weights)} vs {len(session.weights)})", None
-    changed = [n for n, a, b in zip(session.names, session.trainable, weights) if a != bool(b.trainable)]
-    if changed:
-        return f"the trainable flag of {changed[0]} was changed after the model was built (the replay rebuilds it)", None
+    for variable, flag in zip(weights, session.trainable):  # flags the test set after building (layers frozen)
+        variable.trainable = flag
     for variable, value in zip(weights, session.weights):
         variable.assign(value)
     optimizer = type(session.optimizer).from_config(dict(session.optimizer_config))
@@ -141,7 +140,7 @@ def _case(session: Any, indices: list[int], batches: str, trajectory: list, inpu
         "origin": session.origin, "optimizer": session.optimizer_source, "steps": len(indices),
         "batches": batches, "calls": calls, "model_inputs": pack(inputs, arrays, as_numpy),
         "units": units(session.units), "name_units": units(session.name_units),
-        "keras_names": session.names, "after": after,
+        "keras_names": session.names, "keras_trainable": list(session.trainable), "after": after,
     }
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
     for array in arrays:

@@ -115,7 +115,20 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     if problems:
         return {"status": "error", "message": "weights: " + "; ".join(problems)}
     names, order = _keras_names(init, meta, arrays)
-    state = state_class.from_variables(model.apply, variables, tx, seed=0)
+    frozen = _frozen_layers(init, meta, arrays)
+    if isinstance(frozen, str):
+        return {"status": "not compared", "reason": frozen}
+    if frozen:
+        table_class = getattr(module, "KerasTrainable", None)
+        if table_class is None:
+            return {"status": "not compared", "reason": "the test froze layers and the translated module has no "
+                    "KerasTrainable to freeze them with"}
+        table = table_class.of(model)
+        for layer in frozen:
+            table.set(layer, False)
+        state = state_class.of_module(model, variables, tx)
+    else:
+        state = state_class.from_variables(model.apply, variables, tx, seed=0)
 
     checks: list[dict] = []
     for t, (kwargs, after) in enumerate(zip(calls, meta["after"]), start=1):
@@ -163,6 +176,25 @@ def _divergence(checks: list[dict]) -> dict | None:
 
 def _units(units: list[dict], arrays: Any) -> list[dict]:
     return [{**u, "tree": unpack(u["tree"], arrays)} for u in units]
+
+
+def _frozen_layers(init: dict, meta: dict, arrays: Any) -> list[tuple[str, ...]] | str:
+    """The Flax paths of the layers whose Keras variables the test made non-trainable (``layer.trainable =
+    False``) before the first step, or why they cannot be frozen the same way in the translation."""
+    flags = meta.get("keras_trainable")
+    if not flags or all(flags):
+        return []
+    tree, _ = graft(init, _units(meta["name_units"], arrays))
+    by_layer: dict[tuple[str, ...], set[bool]] = {}
+    for path, leaf in flatten(tree).items():
+        if path[0] != "params":
+            continue
+        indices = {int(i) for i in np.unique(np.asarray(leaf)) if 0 <= int(i) < len(flags)}
+        by_layer.setdefault(path[1:-1], set()).update(flags[i] for i in indices)
+    mixed = [layer for layer, seen in by_layer.items() if len(seen) > 1]
+    if mixed:
+        return f"layer {'/'.join(mixed[0])} has trainable and frozen Keras variables: frozen per layer only"
+    return sorted(layer for layer, seen in by_layer.items() if seen == {False})
 
 
 def _keras_names(init: dict, meta: dict, arrays: Any) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], int]]:
