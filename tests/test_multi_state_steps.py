@@ -22,7 +22,7 @@ from tern.train_steps import analyse
 from tern.translate import translate_source
 from tern.verify.graft import flatten, graft
 from tern.verify.port import keras_units
-from tests.translated_objects import translated_object
+from tests.translated_objects import original_and_translated, translated_object
 
 MODELS = '''
 import tensorflow as tf
@@ -108,14 +108,7 @@ def test_shapes_tern_cannot_translate_give_their_reason(change, reason):
 
 @pytest.fixture(scope="module")
 def both_sides():
-    source = MODELS + STEP
-    original: dict = {}
-    exec(compile(source, "<original>", "exec"), original)  # noqa: S102 - test source above
-    result = translate_source(source)
-    assert not result.todos, result.code
-    translated: dict = {}
-    exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
-    return original, translated, result.code
+    return original_and_translated(MODELS + STEP)
 
 
 def test_each_model_gets_its_state_and_the_penalty_nests_jax_grad(both_sides):

@@ -19,7 +19,7 @@ from tern.train_steps import analyse
 from tern.translate import translate_source
 from tern.verify.graft import flatten, graft
 from tern.verify.port import keras_units
-from tests.translated_objects import translated_object
+from tests.translated_objects import original_and_translated, translated_object
 
 STEP = '''
 @tf.function
@@ -99,14 +99,7 @@ def make_model():
 
 @pytest.fixture(scope="module")
 def both_sides():
-    source = MODEL + STEP
-    original: dict = {}
-    exec(compile(source, "<original>", "exec"), original)  # noqa: S102 - test source above
-    result = translate_source(source)
-    assert not result.todos, result.code
-    translated: dict = {}
-    exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
-    return original, translated, result.code
+    return original_and_translated(MODEL + STEP)
 
 
 def test_the_translated_step_is_pure_and_jitted(both_sides):

@@ -27,3 +27,15 @@ def translated_object(before: str, prelude: str = ""):
     namespace: dict = {}
     exec(compile(result.code, "<translation>", "exec"), namespace)  # noqa: S102
     return namespace["y"]
+
+
+def original_and_translated(source: str) -> tuple[dict, dict, str]:
+    """``source`` executed as written (TF) and as tern translates it (JAX), with the translation's code;
+    the translation must leave no TODO."""
+    original: dict = {}
+    exec(compile(source, "<original>", "exec"), original)  # noqa: S102 - test source written in this repo
+    result = translate_source(source)
+    assert not result.todos, result.code
+    translated: dict = {}
+    exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
+    return original, translated, result.code
