@@ -29,36 +29,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
-from tern_rules.structure.input_gradient_tape import rewrite_input_tapes
+from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
 
 TAPE = "tensorflow.GradientTape"
 GENERIC = "a tape outside a training step tern recognizes (see tern/train_steps.py); use jax.grad / jax.value_and_grad"
 TEST_TAPE = ("a tape in a test, differentiating with respect to a model's variables: here they are arrays in this "
              "file's registry, not variables a tape watches; differentiate a function of them with jax.grad")
-
-
-def _stores(node: cst.CSTNode) -> set[str]:
-    """Names bound by assignments and loop targets in ``node``."""
-    out: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_AssignTarget(self, n):
-            out.update(x.value for x in m.findall(n, m.Name()))
-
-        def visit_AugAssign(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
-
-        def visit_AnnAssign(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
-
-        def visit_For(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
-
-        def visit_FunctionDef(self, n):
-            return False
-
-    node.visit(Visitor())
-    return out
 
 
 def _loads(nodes) -> set[str]:
@@ -189,7 +165,7 @@ class GradientTapeStepRule(Rule):
             terms = cst.parse_expression("keras_model_losses(model_state)")
             inner = [m.replace(s, losses, terms) for s in inner]
         used_after = _loads(after)
-        aux = sorted((_stores(tape.body) & used_after) - {loss})
+        aux = sorted((stores(tape.body) & used_after) - {loss})
         aux_names = ["model_state", *aux]
         ret = _stmt(f"return {loss}, {_names_tuple(aux_names)}\n")
         compute = cst.FunctionDef(
@@ -200,7 +176,7 @@ class GradientTapeStepRule(Rule):
         )
         jax_vag = ctx.target_name("jax.value_and_grad")
         vag = _stmt(f"({loss}, {_names_tuple(aux_names)}), {grads} = VAG(compute_loss, has_aux=True)(state.params)\n")
-        vag = vag.visit(_Put("VAG", jax_vag))
+        vag = vag.visit(Put("VAG", jax_vag))
         update = _stmt(f"state = state.apply_gradients(grads={applied}, model_state=model_state)\n").with_changes(
             leading_lines=after[apply_i].leading_lines)
         rest = [s for i, s in enumerate(after) if i not in (grad_i, apply_i)]
@@ -230,20 +206,7 @@ class GradientTapeStepRule(Rule):
         hoisted = cst.SimpleStatementLine(
             [cst.Assign([cst.AssignTarget(cst.Tuple([cst.Element(cst.Name(name)), cst.Element(cst.Name("model_state"))], lpar=[], rpar=[]))], value)],
             leading_lines=stmt.leading_lines)
-        return [hoisted, stmt.with_changes(leading_lines=[]).visit(_Put(call, cst.Name(name)))]
-
-
-class _Put(cst.CSTTransformer):
-    """Replace a placeholder name (or one exact node) by ``value``."""
-
-    def __init__(self, target: str | cst.CSTNode, value: cst.BaseExpression):
-        self.target, self.value = target, value
-
-    def leave_Name(self, original, updated):
-        return self.value if isinstance(self.target, str) and updated.value == self.target else updated
-
-    def leave_Call(self, original, updated):
-        return self.value if original is self.target else updated
+        return [hoisted, stmt.with_changes(leading_lines=[]).visit(Put(call, cst.Name(name)))]
 
 
 RULE = GradientTapeStepRule()

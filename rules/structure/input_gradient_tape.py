@@ -43,11 +43,28 @@ def _watched(stmt: cst.BaseStatement, tape: str) -> list[str] | None:
     return None
 
 
-def _stores(nodes) -> set[str]:
+def stores(*nodes: cst.CSTNode) -> set[str]:
+    """Names bound by assignments and loop targets in ``nodes`` (not inside nested functions)."""
     out: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_AssignTarget(self, n):
+            out.update(x.value for x in m.findall(n, m.Name()))
+
+        def visit_AugAssign(self, n):
+            out.update(x.value for x in m.findall(n.target, m.Name()))
+
+        def visit_AnnAssign(self, n):
+            out.update(x.value for x in m.findall(n.target, m.Name()))
+
+        def visit_For(self, n):
+            out.update(x.value for x in m.findall(n.target, m.Name()))
+
+        def visit_FunctionDef(self, n):
+            return False
+
     for node in nodes:
-        for target in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-            out.update(n.value for n in m.findall(target.target, m.Name()))
+        node.visit(Visitor())
     return out
 
 
@@ -59,9 +76,14 @@ def _tape_uses(node: cst.CSTNode, tape: str) -> list[cst.Attribute]:
     return m.findall(node, m.Attribute(value=m.Name(tape)))
 
 
-class _Swap(cst.CSTTransformer):
-    def __init__(self, target: cst.CSTNode, value: cst.BaseExpression):
+class Put(cst.CSTTransformer):
+    """Replace a placeholder name (or one exact call node) by ``value``."""
+
+    def __init__(self, target: str | cst.CSTNode, value: cst.BaseExpression):
         self.target, self.value = target, value
+
+    def leave_Name(self, original, updated):
+        return self.value if isinstance(self.target, str) and updated.value == self.target else updated
 
     def leave_Call(self, original, updated):
         return self.value if original is self.target else updated
@@ -105,7 +127,7 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     if len(args) != 2 or any(a.keyword or a.star for a in args) or not isinstance(args[0].value, cst.Name):
         return block, "tape.gradient of something other than (target, sources), or unconnected_gradients/output_gradients"
     target, sources = args[0].value.value, args[1].value
-    stored = _stores(body)
+    stored = stores(*body)
     if target not in stored:
         return block, f"the target `{target}` is not computed inside the tape"
     if isinstance(sources, cst.Name):
@@ -117,7 +139,7 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
         return block, "tape.gradient with respect to something other than watched names"
     if not set(source_names) <= set(watched) or len(set(source_names)) != len(source_names):
         return block, "tape.gradient with respect to a tensor the tape does not watch (a variable): not translated"
-    before = _stores(block[:at]) | params
+    before = stores(*block[:at]) | params
     clash = sorted(stored & (before | set(watched)))
     if clash:
         return block, f"`{clash[0]}` is rebound inside the tape; rename it there first"
@@ -128,7 +150,7 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     aux = sorted((stored & (later | _outside_names(fn, block))) - {target})
     total = cst.Call(ctx.target_name("jax.numpy.sum"), [cst.Arg(cst.Name(target))])
     ret = f"return __total__, ({', '.join(aux)},)\n" if aux else "return __total__\n"
-    ret_stmt = cst.parse_statement(ret).visit(_Name("__total__", total))
+    ret_stmt = cst.parse_statement(ret).visit(Put("__total__", total))
     target_fn = cst.FunctionDef(
         name=cst.Name(fn_target),
         params=cst.Parameters([cst.Param(cst.Name(n)) for n in watched]),
@@ -143,12 +165,12 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     lhs = f"({fn_grads}, ({', '.join(aux)},))" if aux else fn_grads
     grad_stmt = cst.parse_statement(
         f"{lhs} = __grad__({', '.join([fn_target, *options])})({', '.join(watched)})\n").visit(
-        _Name("__grad__", ctx.target_name("jax.grad")))
+        Put("__grad__", ctx.target_name("jax.grad")))
     if len(source_names) == 1:
         value = cst.parse_expression(f"[{fn_grads}]" if as_list else fn_grads)
     else:
         value = cst.parse_expression(f"list({fn_grads})")
-    new_block = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(_Swap(call, value)),
+    new_block = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(Put(call, value)),
                  *block[grad_at + 1:]]
     return new_block, None
 
@@ -157,14 +179,6 @@ def _outside_names(fn: cst.FunctionDef, block: list) -> set[str]:
     """Names read in ``fn`` outside ``block`` (a tape in a loop: the names the rest of the function reads)."""
     inside = {id(n) for s in block for n in m.findall(s, m.Name())}
     return {n.value for n in m.findall(fn.body, m.Name()) if id(n) not in inside}
-
-
-class _Name(cst.CSTTransformer):
-    def __init__(self, name: str, value: cst.BaseExpression):
-        self.name, self.value = name, value
-
-    def leave_Name(self, original, updated):
-        return self.value if updated.value == self.name else updated
 
 
 def rewrite_input_tapes(ctx, fn: cst.FunctionDef) -> tuple[cst.FunctionDef, list[str]]:

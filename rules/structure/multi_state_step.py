@@ -32,6 +32,7 @@ import libcst.matchers as m
 from tern.multi_state_steps import state_name
 from tern.rule import Rule
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
+from tern_rules.structure.input_gradient_tape import _is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
 
 
@@ -60,24 +61,6 @@ class _Models(References):
         if isinstance(func, cst.Name) and func.value in self.models:
             return updated.with_changes(func=cst.Attribute(updated.func, cst.Name("predict")))
         return updated
-
-
-def _names(node) -> set[str]:
-    return {n.value for n in m.findall(node, m.Name())}
-
-
-def _stores(nodes) -> set[str]:
-    out: set[str] = set()
-    for node in nodes:
-        for target in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign()):
-            out.update(n.value for n in m.findall(target.target, m.Name()))
-        for loop in m.findall(node, m.For()):
-            out.update(n.value for n in m.findall(loop.target, m.Name()))
-    return out
-
-
-def _is_tape(stmt) -> bool:
-    return isinstance(stmt, cst.With) and "GradientTape" in cst.Module([]).code_for_node(stmt.items[0].item)
 
 
 class MultiStateStepRule(Rule):
@@ -129,7 +112,7 @@ class MultiStateStepRule(Rule):
         i = 0
         while i < len(block):
             stmt = block[i]
-            if _is_tape(stmt):
+            if _is_tape_with(stmt):
                 consumed, new = self._tape(ctx, fn, block, i, models)
                 out.extend(new)
                 i = consumed
@@ -158,7 +141,7 @@ class MultiStateStepRule(Rule):
         inner = [s.visit(_Models(models, keep=model)) for s in tape.body.body]
         body_ids = {id(n) for s in tape.body.body for n in m.findall(s, m.Name())}
         elsewhere = {n.value for n in m.findall(fn.body, m.Name()) if id(n) not in body_ids}
-        aux = sorted((_stores(tape.body.body) & elsewhere) - {loss})
+        aux = sorted((stores(*tape.body.body) & elsewhere) - {loss})
         ret = f"return {loss}, ({', '.join(aux)},)\n" if aux else f"return {loss}\n"
         compute = cst.FunctionDef(
             name=cst.Name(f"compute_{loss}"),

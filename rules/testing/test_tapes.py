@@ -29,8 +29,8 @@ import libcst.matchers as m
 
 from tern.rule import Rule
 from tern.translate import insert_after_imports
-from tern_rules.structure.input_gradient_tape import (PERSISTENT, _is_tape_with, _names, _stores, _tape_uses,
-                                                       plain_tape)
+from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, _is_tape_with, _names, _tape_uses, plain_tape,
+                                                       stores)
 from tern_rules.testing.module_calls import runtime_statements
 
 RUNTIME = '''
@@ -88,11 +88,11 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
     if len(call.args) != 2 or any(a.keyword or a.star for a in call.args) or not isinstance(call.args[0].value, cst.Name):
         return block, "tape.gradient of something other than (target, sources)"
     target = call.args[0].value.value
-    stored = _stores(body)
+    stored = stores(*body)
     if target not in stored:
         return block, f"the target `{target}` is not computed inside the tape"
     params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
-    clash = sorted(stored & (_stores(block[:at]) | params))
+    clash = sorted(stored & (stores(*block[:at]) | params))
     if clash:
         return block, f"`{clash[0]}` is rebound inside the tape; rename it there first"
     fn_target, fn_grads = f"{tape}_target", f"{tape}_grads"
@@ -113,17 +113,9 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
     sources = cst.Lambda(cst.Parameters([]), call.args[1].value)
     value = cst.Call(cst.Name("_tern_tape_gradient"), [
         cst.Arg(cst.Name(fn_grads), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(sources)])
-    new = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(_Swap(call, value)),
+    new = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(Put(call, value)),
            *block[grad_at + 1:]]
     return new, None
-
-
-class _Swap(cst.CSTTransformer):
-    def __init__(self, target, value):
-        self.target, self.value = target, value
-
-    def leave_Call(self, original, updated):
-        return self.value if original is self.target else updated
 
 
 class TestTapesRule(Rule):
