@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -99,6 +100,9 @@ def migrate(
     except FileNotFoundError as exc:
         sys.stderr.write(f"error: no such file or directory: {exc}\n")
         raise typer.Exit(2)
+    except ValueError as exc:  # the source holds a file named as tern's generated support module
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
     rules_seconds = time.perf_counter() - started
     if dry_run:
         for f in report.files:
@@ -124,9 +128,11 @@ def migrate(
             f"{t['edits']} edits, {t['todos']} TODOs"
             + (f", {t['allowed_tf']} allowed TF uses (tf.data input pipelines, not residue)" if t["allowed_tf"] else "")
             + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
+            + (f"; support code in {report.support_module} ({len(report.support)} definitions)" if report.support_module else ""),
+            markup=False,
         )
     if rules_only and not quiet:
-        err.print(rules_only)
+        err.print(rules_only, markup=False, highlight=False)  # it names [tool.tern.llm]
     if llm_config is not None and report.exit_code != 2:
         _run_agent(report, llm_config, stem, rules_seconds=rules_seconds, daemon=daemon, quiet=quiet)
         then_verify = True
@@ -149,10 +155,10 @@ def _run_agent(report: RunReport, config, stem: str, *, rules_seconds: float, da
 
     def progress(message: str) -> None:
         if err.is_terminal:
-            err.print(f"[dim]{message}[/]", highlight=False)
+            err.print(f"[dim]{escape(message)}[/]", highlight=False)
 
     if not quiet:
-        err.print(f"LLM fallback: {config.describe()}", highlight=False)
+        err.print(f"LLM fallback: {config.describe()}", markup=False, highlight=False)
     pair = (Path(report.source).resolve(), Path(report.out).resolve())
     try:
         reports = anyio.run(lambda: run_agent([pair], config=config, project=Path.cwd(), daemon=daemon, progress=progress))
@@ -219,7 +225,7 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
 
     def progress(message: str) -> None:
         if err.is_terminal:
-            err.print(f"[dim]{message}[/]")
+            err.print(f"[dim]{escape(message)}[/]")
 
     reports, info = anyio.run(lambda: verify_cli.verify_targets(
         targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress))
@@ -228,7 +234,7 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
     where = first if len(targets) == 1 else first.parent
     path = json_path or where.with_name(where.name + ".tern-verify.json")
     write_atomic(path, verify_cli.json_report(reports, info).encode())
-    out.print(f"report {path}")
+    out.print(f"report {path}", markup=False)
     return verify_cli.exit_code(reports)
 
 
@@ -324,7 +330,7 @@ def cache_clear(project: Optional[Path] = typer.Option(None, "--project", help="
     cache = Cache(state)
     count = cache.clear()
     cache.close()
-    out.print(f"cleared {count} cached results from {state}")
+    out.print(f"cleared {count} cached results from {state}", markup=False)
 
 
 @app.command()
@@ -339,8 +345,8 @@ def weights(
     input_shape: list[str] = typer.Option([], "--input-shape", help="An input's shape with batch, e.g. 2,12 (repeatable; default: the model's own)."),
     input_dtype: list[str] = typer.Option([], "--input-dtype", help="An input's dtype (repeatable; default float32)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="keras, h5, checkpoint or savedmodel (default: from SOURCE)."),
-    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance of the replay (default: [tool.tern.verify], else 1e-5)."),
-    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance of the replay (default: [tool.tern.verify], else 1e-5)."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance of the replay (default: \\[tool.tern.verify], else 1e-5)."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance of the replay (default: \\[tool.tern.verify], else 1e-5)."),
     project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ and server to use (default: the current directory's)."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
 ) -> None:

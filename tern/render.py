@@ -185,11 +185,6 @@ def _table_name(ctx, kind: str) -> str:
     return value_table_name(kind)
 
 
-def _support_name(ctx, name: str) -> str:
-    ctx.support.add(name)
-    return name
-
-
 class _Substitute(cst.CSTTransformer):
     """Puts argument code in for placeholders; parenthesizes it only inside operators."""
 
@@ -267,7 +262,7 @@ def expand_template(
         return Refusal(f"required argument `{missing[0]}` not given")
     # only now, for the spans kept and the alternative chosen, ask for tables and support code
     text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), text)
-    text = _SUPPORT.sub(lambda mt: _support_name(ctx, mt.group(1)), text)
+    text = _SUPPORT.sub(lambda mt: mt.group(1), text)  # imported from the package's support module
     if "{key}" in text and "key" not in values:  # a param named `key` (MHA) is not the PRNG key
         key = ctx.rng_key()
         if isinstance(key, Refusal):

@@ -62,6 +62,8 @@ class FileResult:
     error: str = ""
     error_line: int = 0
     diff: str = ""
+    #: what the file imports from its package's generated support module
+    support: list[str] = field(default_factory=list)
 
     @property
     def rules_used(self) -> dict[str, int]:
@@ -78,6 +80,9 @@ class RunReport:
     files: list[FileResult] = field(default_factory=list)
     #: what the LLM fallback did (``tern.agent.run.fold_into``), None when it did not run
     agent: dict | None = None
+    #: the generated support module (path relative to the output) and the definitions it holds
+    support_module: str = ""
+    support: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -110,6 +115,8 @@ class RunReport:
                 {k: v for k, v in asdict(f).items() if k != "diff"} for f in self.files
             ],
         }
+        if self.support_module:
+            data["support_module"] = {"path": self.support_module, "definitions": self.support}
         if self.agent is not None:
             data["agent"] = self.agent
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
@@ -129,6 +136,9 @@ class RunReport:
             "| file | status | edits | TODOs |",
             "| --- | --- | ---: | ---: |",
         ]
+        if self.support_module:
+            lines[3:3] = [f"Support code: `{self.support_module}`, generated, {len(self.support)} definitions "
+                          f"({', '.join(f'`{n}`' for n in self.support)}).", ""]
         for f in self.files:
             lines.append(f"| `{f.path}` | {f.status} | {len(f.edits)} | {len(f.todos)} |")
         lines += _section("What still needs a human or the LLM fallback", ("where", "construct", "reason"),

@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 import libcst as cst
 
+from tern import support_module
 from tern.package import PackageInfo, scan_package
 from tern.report import FileResult, RunReport
 from tern.translate import is_test_path, translate_module
@@ -30,6 +31,7 @@ class Job:
     rel: str
     source: Path
     package: PackageInfo
+    support_module: str = support_module.SUPPORT_MODULE  # how the file imports the package's support
 
 
 def list_files(root: Path) -> list[Path]:
@@ -63,7 +65,8 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
     except RecursionError:
         return FileResult(job.rel, "error", error="nesting too deep for the parser", error_line=0), raw
     try:
-        result = translate_module(module, is_test=is_test_path(job.rel), package=job.package, source=text)
+        result = translate_module(module, is_test=is_test_path(job.rel), package=job.package, source=text,
+                                  support_module=job.support_module)
     except Exception as exc:  # a bug in a rule: report it for this file, go on with the rest
         return FileResult(job.rel, "error", error=f"internal error in tern ({type(exc).__name__}: {exc}); the file is copied unchanged", error_line=1), raw
     if result.code == text:
@@ -79,7 +82,7 @@ def translate_file(job: Job) -> tuple[FileResult, bytes]:
             )
         )
     return (FileResult(job.rel, status, edits=result.edits, todos=result.todos, allowed=result.allowed, notes=result.notes,
-                       diff=diff),
+                       diff=diff, support=list(result.support)),
             result.code.encode("utf-8"))
 
 
@@ -133,9 +136,14 @@ def migrate(
         raise FileNotFoundError(source)
     target = source if in_place else (out.resolve() if out else default_out(source))
     root = source if source.is_dir() else source.parent
-    files = list_files(source)
+    # the support module an earlier run generated (a rerun on tern's output) is written anew
+    files = [f for f in list_files(source) if not support_module.is_generated(f)]
+    if any(f.parent == root and f.name == support_module.FILE_NAME for f in files):
+        raise ValueError(f"{root / support_module.FILE_NAME} is the name of the support module tern generates "
+                         "in every translated package; rename that file first")
     package = scan_package(root, [f for f in files if f.suffix == ".py"])
-    work = [Job(f.relative_to(root).as_posix(), f, package) for f in files]
+    imports_from = support_module.import_name(root)
+    work = [Job(f.relative_to(root).as_posix(), f, package, imports_from) for f in files]
     report = RunReport(str(source), str(target))
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -151,4 +159,19 @@ def migrate(
         if in_place and result.status in ("copied", "unchanged", "error"):
             continue
         write_atomic(dest, data)
+    _write_support(report, target if source.is_dir() else target.parent, dry_run)
     return report
+
+
+def _write_support(report: RunReport, out_root: Path, dry_run: bool) -> None:
+    """The package's support module: exactly what its files import, and what that uses; none
+    when nothing does (a module an earlier run left is removed)."""
+    wanted = sorted({name for f in report.files for name in f.support})
+    path = out_root / support_module.FILE_NAME
+    if wanted:
+        report.support_module = support_module.FILE_NAME
+        report.support = support_module.closure(wanted)
+        if not dry_run:
+            write_atomic(path, support_module.module_text(wanted).encode("utf-8"))
+    elif not dry_run and support_module.is_generated(path):
+        path.unlink()

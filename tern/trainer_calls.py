@@ -111,11 +111,7 @@ def _value(ctx, kind: str, source: str) -> cst.BaseExpression | Refusal:
             return Refusal(f"the {kind} {source!r}: Keras picks binary, categorical or sparse categorical "
                            "crossentropy from the shapes of the labels and predictions; name the one you mean")
         return Refusal(f"the {kind} {source!r} names nothing the tables translate (rules/values/compile.toml)")
-    def support(match: re.Match) -> str:
-        ctx.support.add(match.group(1))
-        return match.group(1)
-
-    return ctx.target_expr(_SUPPORT.sub(support, record.target))
+    return ctx.target_expr(_SUPPORT.sub(lambda match: match.group(1), record.target))
 
 
 def _compile_args(ctx, original: cst.Call, args: list[cst.Arg]) -> list[cst.Arg] | Refusal:

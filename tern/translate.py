@@ -7,13 +7,14 @@ the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from tern import graph_functions, kept
-from tern.context import FileContext, FunctionFrame, LayerRef, support_closure
+from tern.context import FileContext, FunctionFrame, LayerRef
 from tern.convert import Refusal
 from tern.datasets import file_datasets
 from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
@@ -23,7 +24,8 @@ from tern.records import ApiRecord, Tables, tables as default_tables
 from tern.render import commas, bind, build_call, code, expand_template, map_arguments
 from tern.report import TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.rule import consumed_names, discover
-from tern.targets import ImportPlan, finalize_imports
+from tern.support_module import SUPPORT_MODULE, import_statement, names as support_names
+from tern.targets import ImportPlan, finalize_imports, names_in_use
 
 
 @dataclass
@@ -33,6 +35,8 @@ class Translation:
     todos: list[Todo] = field(default_factory=list)
     allowed: list[AllowedUse] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    #: what the file imports from its package's support module (``tern/support_module.py``)
+    support: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -625,8 +629,10 @@ def insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Mo
 
 def translate_module(
     module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
-    tables: Tables | None = None, source: str | None = None,
+    tables: Tables | None = None, source: str | None = None, support_module: str = SUPPORT_MODULE,
 ) -> Translation:
+    """``support_module``: the dotted name the file imports support definitions from (the
+    package's generated module, ``tern/support_module.py``)."""
     tables = tables or default_tables()
     plan = ImportPlan(tables.modules)
     canonical = Canonicalizer(tables.canonical)
@@ -641,9 +647,6 @@ def translate_module(
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
-    for name in support_closure(ctx.support):
-        if not _defines(out, name):  # a rerun on translated code finds it already there
-            generated += ctx.support_statements(name)
     if generated:
         out = insert_after_imports(out, generated)
 
@@ -670,12 +673,92 @@ def translate_module(
             ctx.edits.append(Edit("imports", "", text))
     else:
         out, _, _ = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed)
+    out, support, added = _import_support(out, support_module)
+    if added:
+        ctx.edits.append(Edit("imports", "", added))
     text = out.code
     uses = []
     if ctx.kept_tf:
         reading = kept.read(text, package.datasets, tables)
         uses = list(reading.allowed) if reading is not None else []
-    return Translation(text, ctx.edits, todos_in(text), uses, notes=ctx.notes)
+    return Translation(text, ctx.edits, todos_in(text), uses, notes=ctx.notes, support=support)
+
+
+def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module, tuple[str, ...], str]:
+    """The module importing, from its package's support module, every support definition its
+    code refers to and does not define itself; the names; the import's text when it is new.
+
+    Found on the finished text rather than told by the rules, so a rerun (whose rules do not
+    fire again) keeps exactly the import the first run wrote."""
+    previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
+    body = [s for s in module.body if not _imports_from(s, support_module)]
+    stripped = module.with_changes(body=body)
+    text = stripped.code
+    if not any(name in text for name in _support_prefixes()):
+        return stripped, (), ""
+    import ast
+
+    used = sorted((names_in_use(text) & support_names()) - _module_bound(ast.parse(text)))
+    if not used:
+        return stripped, (), ""
+    statement = import_statement(support_module, used)
+    node = cst.parse_statement(statement)
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString)))
+            for s in stmt.body
+        ):
+            at = i + 1
+        else:
+            break
+    body.insert(at, node)
+    new = statement not in previous
+    return stripped.with_changes(body=body), tuple(used), statement.strip() if new else ""
+
+
+def _imports_from(stmt: cst.CSTNode, support_module: str) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.ImportFrom)
+            and stmt.body[0].module is not None and dotted_name(stmt.body[0].module) == support_module)
+
+
+@functools.lru_cache(maxsize=1)
+def _support_prefixes() -> tuple[str, ...]:
+    """Cheap test before parsing: every support name starts with one of these."""
+    return tuple(sorted({name[:5] for name in support_names()}))
+
+
+def _module_bound(tree) -> set[str]:
+    """Names the module binds at its top level (its own definitions win over support's)."""
+    import ast
+
+    bound: set[str] = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+            continue
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                todo.append(child)
+            elif isinstance(child, ast.excepthandler):
+                todo.extend(child.body)
+                if child.name:
+                    bound.add(child.name)
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        for target in targets:
+            bound.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return bound
 
 
 def _datasets(source: str, package: PackageInfo, tables: Tables):
@@ -690,6 +773,8 @@ def _datasets(source: str, package: PackageInfo, tables: Tables):
         return None
 
 
-def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None) -> Translation:
+def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None,
+                     support_module: str = SUPPORT_MODULE) -> Translation:
     """Translate one file's source text (raises ``libcst.ParserSyntaxError`` if unparsable)."""
-    return translate_module(cst.parse_module(source), is_test=is_test, package=package, source=source)
+    return translate_module(cst.parse_module(source), is_test=is_test, package=package, source=source,
+                            support_module=support_module)

@@ -52,7 +52,9 @@ def _translate(expr: str) -> str | None:
 
 def _mark_support(target: str) -> str:
     """Support definitions named as the API tables name them: ``{support:NAME}``."""
-    stems = {p.stem for p in (TABLE.parents[1] / "support").glob("*.py")}
+    from tern.support_module import names
+
+    stems = names()
     return re.sub(r"(?<![\w.{:])([A-Za-z_]\w*)\b", lambda m: f"{{support:{m.group(1)}}}" if m.group(1) in stems else m.group(1), target)
 
 

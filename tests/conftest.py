@@ -3,7 +3,17 @@
 ``pytest -n 2 --dist loadfile`` hands whole files to workers in collection order; a
 several-minute module collected last would run alone at the end. Moving the slow ones to
 the front lets the many quick files fill the other worker meanwhile.
+
+Code these tests translate and run in-process imports its support definitions from
+``_keras_compat``, as a translated package imports its generated support module; here tern's
+support package stands in for it (tests/test_support_module.py shows the generated module
+copies those definitions exactly).
 """
+
+import importlib
+import sys
+
+sys.modules.setdefault("_keras_compat", importlib.import_module("tern_rules.support"))
 
 SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
               "test_training_verify.py", "test_keras_trainer.py", "test_server.py", "test_tf_data.py",

@@ -140,11 +140,10 @@ def make_input(spec, rng: np.random.Generator):
 
 
 def support_namespace() -> dict:
-    """Every rules/support definition, executed once (they call each other by name)."""
-    namespace: dict = {}
-    for path in sorted(SUPPORT_DIR.glob("*.py")):
-        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
-    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+    """Every support definition (tern_rules.support), as a translated file imports the ones it uses."""
+    from tern.support_module import objects
+
+    return objects()
 
 
 SUPPORT = support_namespace()

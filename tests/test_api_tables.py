@@ -35,6 +35,7 @@ import keras  # noqa: E402  (after TF would also work; keras 3 is standalone)
 import tensorflow as tf
 
 from tern.records import DROP, ApiRecord, load_tables
+from tern.support_module import definitions as support_definitions
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 API_DIR = RULES / "api"
@@ -265,7 +266,7 @@ def test_template_is_python(record: ApiRecord):
 def _check_template(record, sig, params, template):
     assert not re.search(r"\{table:", template), "table placeholders are not used by API records"
     for name in SUPPORT.findall(template):
-        assert (SUPPORT_DIR / f"{name}.py").is_file(), f"{record.source}: no rules/support/{name}.py"
+        assert name in support_definitions(), f"{record.source}: no support definition {name} in rules/support"
     for inner in SPAN.findall(template):
         assert PLACEHOLDER.search(inner), f"{record.source}: span [[{inner}]] has no placeholder"
     used = set(PLACEHOLDER.findall(template))

@@ -6,7 +6,7 @@ import re
 
 from tern.convert import CONVERTERS
 from tern.package import PackageInfo, scan_source, training_layer_names
-from tern.records import DROP, load_tables
+from tern.records import load_tables
 
 
 def test_training_helpers_are_found_from_the_layer_records():

@@ -50,6 +50,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tern.records import load_tables  # noqa: E402
+from tern.support_module import objects  # noqa: E402
 from tern.translate import translate_source  # noqa: E402
 from tern.weights import port_layer_weights  # noqa: E402
 
@@ -188,11 +189,10 @@ def _namespace(case: dict) -> dict:
     sys.modules[module.__name__] = module
     module.__dict__.update(NAMESPACE)
     if case["flax"] != "TODO":
-        code = translate_source(f"import tensorflow as tf\nlayer = {case['keras']}\n").code
+        code = translate_source(f"import tensorflow as tf\nlayer = {case['keras']}\n", support_module="tern_rules.support").code
         exec(compile(code, f"<translation of {case['id']}>", "exec"), module.__dict__)  # noqa: S102
     else:
-        for path in sorted((RULES / "support").glob("*.py")):
-            exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)  # noqa: S102
+        module.__dict__.update(objects())
     return module.__dict__
 
 

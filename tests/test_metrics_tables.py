@@ -290,10 +290,10 @@ def _count_samples(metric):
 def _support_namespace() -> dict:
     import jax
 
+    from tern.support_module import objects
+
     namespace: dict = {"np": np, "jnp": jnp, "jax": jax, "_general_path": _general_path, "_count_samples": _count_samples}
-    for path in sorted((RULES / "support").glob("*.py")):
-        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102
-    return namespace
+    return {**namespace, **objects()}
 
 
 @pytest.mark.parametrize("name, keras_code, wrong_code, stream", WRONG, ids=[w[0] for w in WRONG])
@@ -341,15 +341,18 @@ def test_support_classes_have_the_keras_api():
             assert callable(getattr(cls, method, None)), f"{path.stem} has no {method}"
 
 
-def test_support_files_run_on_their_own():
-    """Each rules/support file is executed alone by other table tests (test_layer_tables):
-    the metric classes hold a KerasMean rather than derive from it."""
-    from tern.context import support_closure
+def test_support_modules_import_on_their_own():
+    """Each support module the metric records name imports alone, in a fresh interpreter
+    (its imports name everything it uses)."""
+    import subprocess
+    import sys
+
+    from tern.support_module import closure, definitions
 
     used = {n for r in METRIC_RECORDS for n in re.findall(r"\{support:(\w+)\}", str(r.template))}
-    for name in support_closure(used):
-        path = RULES / "support" / f"{name}.py"
-        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), {})  # noqa: S102
+    files = sorted({definitions()[name].file for name in closure(used)})
+    code = "import importlib\n" + "".join(f"importlib.import_module('tern_rules.support.{f}')\n" for f in files)
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # the per-sample functions of the metric records, with the keyword arguments records can pass

@@ -90,7 +90,6 @@ class AddLossRule(Rule):
             return None
         name = "add_loss" + (f"_{state['names']}" if state["names"] else "")
         state["names"] += 1
-        ctx.support.add(SUPPORT)
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         return cst.Call(func=cst.Name(SUPPORT), args=[
             cst.Arg(cst.Name("self"), comma=comma),

@@ -71,7 +71,6 @@ class CompiledModelCallsRule(Rule):
             ctx.rule_state.setdefault(HANDLED, set()).add(id(func))
             ctx.todo(construct, out.reason)
             return None
-        ctx.support.add("KerasTrainer")
         return out
 
     def leave_attribute(self, ctx, original, updated):
@@ -86,7 +85,6 @@ class CompiledModelCallsRule(Rule):
                      "the compiled optimizer is an optax transformation: Keras optimizer attributes other than "
                      "`iterations` have no counterpart on the trainer")
             return None
-        ctx.support.add("KerasTrainer")
         return cst.Attribute(value=trainer_of(updated.value.value), attr=cst.Name("iterations"))
 
 

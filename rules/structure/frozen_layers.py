@@ -83,13 +83,11 @@ class FrozenLayersRule(Rule):
     def leave_attribute(self, ctx, original, updated):
         if id(original) not in _state(ctx)["layers"]:
             return None
-        ctx.support.add("KerasLayer")
         return cst.Call(cst.Attribute(cst.Name("KerasLayer"), cst.Name("all")), [cst.Arg(updated.value)])
 
     def leave_call(self, ctx, original, updated):
         if id(original) not in _state(ctx)["get_layer"]:
             return None
-        ctx.support.add("KerasLayer")
         return cst.Call(cst.Attribute(cst.Name("KerasLayer"), cst.Name("get")), [
             cst.Arg(updated.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
             updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])

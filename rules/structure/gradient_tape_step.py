@@ -161,7 +161,6 @@ class GradientTapeStepRule(Rule):
         losses = m.Attribute(value=m.Name(sig.model), attr=m.Name("losses"))
         if any(m.findall(s, losses) for s in inner):
             # Keras' model.losses after the forward pass: the terms it sowed (rules/support/keras_model_losses.py)
-            ctx.support.add("keras_model_losses")
             terms = cst.parse_expression("keras_model_losses(model_state)")
             inner = [m.replace(s, losses, terms) for s in inner]
         used_after = _loads(after)
@@ -183,7 +182,6 @@ class GradientTapeStepRule(Rule):
         rest.insert(apply_i - 1 if apply_i > grad_i else apply_i, update)
         new_body = [*body[:at], compute, vag, *returning_state(rest)]
         params = replace_params(updated.params, sig.model, sig.optimizer)
-        ctx.support.add("KerasTrainState")
         out = updated.with_changes(params=params, body=updated.body.with_changes(body=new_body))
         return out.with_changes(decorators=step_decorator(ctx, original, out, static_params(params, out.body)))
 

@@ -511,7 +511,6 @@ def _tracker_properties(ctx, init: cst.FunctionDef, info: KerasClass, params: se
             kept.append(stmt)
             continue
         value = code(stmt.body[0].value)
-        ctx.support.add("keras_tracker")
         properties.append(cst.parse_statement(
             f"@property\ndef {attr}(self):\n    return keras_tracker(self, \"{attr}\", lambda: {value})\n"
         ).with_changes(leading_lines=[cst.EmptyLine(indent=False)]))

@@ -160,7 +160,6 @@ class KerasStepOverrideRule(Rule):
             *middle,
             _parse(f"return state, {_values(plan.values)}\n"),
         ]
-        ctx.support.add("KerasTrainState")
         return pure, eager
 
     def _test(self, body, plan, trackers):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.context import support_names
+from tern.support_module import names as support_names
 from tern.rule import Rule
 
 METHODS = frozenset({

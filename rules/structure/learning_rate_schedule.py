@@ -34,7 +34,6 @@ class LearningRateScheduleRule(Rule):
             return None
         for i in hits:
             bases[i] = bases[i].with_changes(value=cst.Name(SUPPORT))
-        ctx.support.add(SUPPORT)
         return updated.with_changes(bases=bases)
 
 

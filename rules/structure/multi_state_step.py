@@ -102,7 +102,6 @@ class MultiStateStepRule(Rule):
         if kept:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         params = fn.params.with_changes(params=kept)
-        ctx.support.add("KerasTrainState")
         new = fn.with_changes(params=params, body=fn.body.with_changes(body=out))
         return new.with_changes(decorators=step_decorator(ctx, original, new, static_params(params, new.body)))
 

@@ -83,11 +83,9 @@ class SequentialRule(Rule):
         if ctx.is_test and spec is not None:
             # Keras builds a model declared with an Input at construction; tests may read or
             # train its variables before calling it (testing/module_calls.py's registry)
-            ctx.rule_state["runtime"] = ctx.rule_state["built"] = True
             return cst.Call(func=cst.Name("_tern_built"), args=[
                 cst.Arg(built, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(spec)])
         if spec is not None:  # package code: the caller (a test, the trainer) builds it from the specs
-            ctx.support.add("keras_with_input_specs")
             return cst.Call(func=cst.Name("keras_with_input_specs"), args=[
                 cst.Arg(built, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(spec)])
         return built

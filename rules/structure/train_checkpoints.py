@@ -94,12 +94,9 @@ class TrainCheckpointsRule(Rule):
         # the counters' dtypes are NumPy's now: what the dtype table said about tf.int64 no longer applies
         shorts = {d.replace("tensorflow.", "tf.") for d in dropped}
         ctx.pending[:] = [t for t in ctx.pending if t.construct not in shorts]
-        ctx.support.add("KerasCheckpoint")
-        ctx.support.add("KerasCounter")
         return cst.Call(cst.Name("KerasCheckpoint"), [a.with_changes(comma=_comma()) for a in args[:-1]] + args[-1:])
 
     def _manager(self, ctx, updated):
-        ctx.support.add("KerasCheckpointManager")
         return updated.with_changes(func=cst.Name("KerasCheckpointManager"))
 
     def leave_statement(self, ctx, original, updated):

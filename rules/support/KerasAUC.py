@@ -18,12 +18,15 @@ update unless ``num_labels`` is given) and averages the label AUCs (weighted by
 ``label_weights`` if given); otherwise ``label_weights`` weigh the entries.
 ``from_logits=True`` applies a sigmoid first, correctly rounded to float32 (TensorFlow's
 float32 sigmoid is off by an ulp for about half of all inputs, which moves a prediction to
-another bucket only when ``p * (n - 1)`` is within an ulp of an integer). Translations insert
-this definition into the output file; the imports are not copied.
+another bucket only when ``p * (n - 1)`` is within an ulp of an integer). Translations import it from the package's generated support module.
 """
 
 import numpy
 
+from .keras_confusion_matrix_update import keras_confusion_matrix_update
+from .keras_divide_no_nan import keras_divide_no_nan
+from .keras_metric_name import keras_metric_name
+from .keras_thresholds_evenly_distributed import keras_thresholds_evenly_distributed
 
 class KerasAUC:
     """Keras' ``AUC``: area under the ROC or PR curve, approximated over fixed thresholds."""

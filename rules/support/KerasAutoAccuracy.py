@@ -4,12 +4,15 @@ Keras picks it from the shapes of the first batch (keras/src/trainers/compile_ut
 ``get_metric``): binary accuracy when the predictions' last axis is 1, sparse categorical
 accuracy when the labels have a lower rank than the predictions (or a last axis of 1
 against more than one prediction), categorical accuracy otherwise; the metric keeps the
-string as its name. The same choice, made at the first ``update_state``. Translations
-insert this definition into the output file; the imports are not copied.
+string as its name. The same choice, made at the first ``update_state``. Translations import it from the package's generated support module.
 """
 
 import numpy
 
+from .KerasMeanMetricWrapper import KerasMeanMetricWrapper
+from .keras_binary_accuracy import keras_binary_accuracy
+from .keras_categorical_accuracy import keras_categorical_accuracy
+from .keras_sparse_categorical_accuracy import keras_sparse_categorical_accuracy
 
 class KerasAutoAccuracy:
     """``"accuracy"`` in ``compile(metrics=...)``: binary, sparse categorical or categorical accuracy by shape."""

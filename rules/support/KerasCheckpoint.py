@@ -16,7 +16,7 @@ no-op, as in Keras; ``assert_existing_objects_matched=True`` stands for the chai
 nothing to restore. A restore always needs everything the state and counters hold (orbax
 compares the whole tree): Keras without the assertion would restore what matches and
 ignore the rest; here that is an error naming the checkpoint.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import os
@@ -24,6 +24,8 @@ import os
 import jax
 import numpy
 import orbax.checkpoint
+
+from .KerasCounter import KerasCounter
 
 
 class KerasCheckpoint:

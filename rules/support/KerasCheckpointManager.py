@@ -13,7 +13,7 @@ Differences, by design: orbax orders checkpoints by number, Keras by save time, 
 number not above the latest one (Keras would overwrite or reorder) is an error here;
 ``keep_checkpoint_every_n_hours``, ``step_counter``/``checkpoint_interval`` and ``init_fn``
 are not translated (the rule leaves them with a TODO).
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import os

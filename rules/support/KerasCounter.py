@@ -5,7 +5,7 @@ Keras training loops keep counters in ``tf.Variable(0, dtype=tf.int64)`` tracked
 host, outside jit, so a mutable NumPy scalar of the same dtype is exact: int64 stays int64
 (a JAX array would silently be int32 unless jax_enable_x64 is on) and arithmetic wraps as
 TF's does. ``int()``, comparisons and arithmetic read the value, as they read a TF variable.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy

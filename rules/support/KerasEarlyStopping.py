@@ -6,12 +6,12 @@ value so far (``min_delta`` and the mode as in ``KerasMonitor``) makes it the be
 and resets ``wait`` to 0 only if it also improves on ``baseline`` (when given); training
 stops when ``wait >= patience`` after the first epoch. With ``restore_best_weights`` the
 weights of the best epoch (or of the first watched epoch if none improved) are put back
-when training ends, whether it stopped early or ran every epoch. Translations insert this
-definition into the output file; the imports are not copied.
+when training ends, whether it stopped early or ran every epoch. Translations import it from the package's generated support module.
 """
 
 import warnings
 
+from .KerasMonitor import KerasMonitor
 
 class KerasEarlyStopping:
     """Stops ``fit`` when the monitored log has stopped improving, as Keras' EarlyStopping does."""

@@ -18,7 +18,7 @@ Follows keras/src/trainers/epoch_iterator.py and its data adapters (Keras 3):
   by ``pack_x_y_sample_weight`` (``x`` alone, ``(x,)`` for a tuple or list ``x``, ``(x, y)``,
   ``(x, y, sample_weight)``), a dataset's elements as they are (lists as tuples).
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import math

@@ -14,8 +14,8 @@ An initializer of None is what Keras' ``add_weight(initializer=None)`` does: glo
 (so ``recurrent_initializer=None`` is glorot_uniform, not orthogonal; a 1-D bias has fans (n, n)).
 
 The carry is the state array ``h`` (flax GRUCell's layout; Keras' state list holds just
-``h``). Translations insert this definition into the output file
-(``{support:KerasGRUCell}`` in a template); this docstring and the imports are not copied.
+``h``). Translations import it from the package's generated support module
+(``{support:KerasGRUCell}`` in a template).
 """
 
 import typing

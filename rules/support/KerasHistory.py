@@ -4,7 +4,7 @@
 its Python float per epoch, ``epoch`` lists the epochs run; as in Keras the model's
 ``history`` attribute is set to it after every epoch. The trainer
 (rules/support/KerasTrainer.py) adds one to every ``fit`` unless one is passed in.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

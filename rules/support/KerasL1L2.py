@@ -6,8 +6,8 @@ term only when its factor is not 0. The TensorFlow backend casts a Python factor
 float32 to ``x``'s dtype (``L1`` stores it as a float32 tensor), so all three are this class
 with the other factor 0, exactly. Factors are validated as Keras does (finite, not negative).
 A frozen dataclass, so a Flax module holding one stays hashable (a jit static argument).
-Translations insert this definition into the output file (``{support:KerasL1L2}`` in a
-template); this docstring and the imports are not copied.
+Translations import it from the package's generated support module
+(``{support:KerasL1L2}`` in a template).
 """
 
 import dataclasses

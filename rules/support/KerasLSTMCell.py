@@ -11,8 +11,8 @@ An initializer of None is what Keras' ``add_weight(initializer=None)`` does: glo
 (so ``recurrent_initializer=None`` is glorot_uniform, not orthogonal; a 1-D bias has fans (n, n)).
 
 The carry is Keras' state list as a tuple, ``(h, c)`` (flax LSTMCell carries ``(c, h)``).
-Translations insert this definition into the output file (``{support:KerasLSTMCell}`` in
-a template); this docstring and the imports are not copied.
+Translations import it from the package's generated support module
+(``{support:KerasLSTMCell}`` in a template).
 """
 
 import typing

@@ -13,12 +13,16 @@ Keras name, ``layer.kernel``; ``get_weights()`` copies them). Package code holds
 variables: there the view only names the layer and sets its flag. A Flax auto name
 (``Dense_0``, ``layers_0``) is not the name Keras gave the layer (``dense``), so reading it
 is refused.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import flax.linen
 import jax
 import numpy
+
+from .KerasTrainable import KerasTrainable
+from .KerasVariable import KerasVariable
+from .keras_weight_order import keras_weight_order
 
 
 class KerasLayer:

@@ -10,7 +10,7 @@ optax calls it with its update count, 0 at the first update, as Keras calls it w
 (keras/src/optimizers/schedules/learning_rate_schedule.py). Under jit the step is traced:
 the translated ``__call__`` computes with ``jax.numpy``, as the API tables write it.
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

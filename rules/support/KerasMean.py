@@ -11,12 +11,14 @@ Accumulation follows keras/src/metrics/reduction_metrics.py exactly: ``total`` a
 ``count`` are float32; each batch adds the sum of its per-sample (weighted) values
 (``keras_samplewise_values``) and, as count, the sum of the per-sample weights, or the
 number of samples, or 1 for a scalar. ``result()`` is ``total / count``, 0 before any
-sample (``divide_no_nan``). Translations insert this definition into the output file;
-the imports are not copied.
+sample (``divide_no_nan``). Translations import it from the package's generated support module.
 """
 
 import numpy
 
+from .keras_divide_no_nan import keras_divide_no_nan
+from .keras_metric_name import keras_metric_name
+from .keras_samplewise_values import keras_samplewise_values
 
 class KerasMean:
     """Keras' ``Mean``: the (weighted) mean of everything seen since the last reset."""

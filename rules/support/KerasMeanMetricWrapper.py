@@ -6,8 +6,11 @@ code) and feeds the per-sample values to a ``KerasMean``: Keras' ``Accuracy``,
 ``BinaryAccuracy``, ``MeanSquaredError``, ... are exactly this
 (keras/src/metrics/accuracy_metrics.py, regression_metrics.py), with their own default
 names. The mean is held, not inherited: every support file must run on its own.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
+
+from .KerasMean import KerasMean
+from .keras_metric_name import keras_metric_name
 
 
 class KerasMeanMetricWrapper:

@@ -11,8 +11,7 @@ What is written differs: an orbax checkpoint (a directory under that path,
 ``keras_checkpoint_save``) holding the model's variables in their Flax layout and, for a
 whole-model save, the optimizer's state and step: not an HDF5 file or a ``.keras``
 archive, and no architecture (the Flax module is code). ``model.load_weights`` of the
-translation reads it back. Translations insert this definition into the output file; the
-imports are not copied.
+translation reads it back. Translations import it from the package's generated support module.
 """
 
 import os
@@ -20,6 +19,7 @@ import warnings
 
 import numpy
 
+from .KerasMonitor import KerasMonitor
 
 class KerasModelCheckpoint:
     """Saves the model (or its weights) during ``fit``, as Keras' ModelCheckpoint decides to."""

@@ -6,8 +6,7 @@ trainer, ``KerasTrainer.metric_direction``, where Keras reads ``metric._directio
 metric with no known direction is an error, as in Keras. A value improves on the reference
 when ``value - min_delta`` is below it (``min``) or ``value + min_delta`` above it (``max``),
 compared in float32 as Keras' ``ops.less``/``ops.greater`` compare Python floats. Held by
-the callbacks (not a base class: every support file runs on its own). Translations insert
-this definition into the output file; the imports are not copied.
+the callbacks (not a base class: every support file runs on its own). Translations import it from the package's generated support module.
 """
 
 import warnings

@@ -17,7 +17,7 @@ Equality and hash are those of the optax pair plus the identity of the learning 
 TrainState keeps ``tx`` as a static field, so jit compares and hashes it; a learning rate
 that is an array (unhashable) must not break that.
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import jax

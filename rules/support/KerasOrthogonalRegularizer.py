@@ -3,9 +3,8 @@
 keras/src/regularizers/regularizers.py: the rows (``mode="rows"``) or columns of a rank-2
 weight are L2-normalized as ``keras.ops.normalize`` does (``x * min(rsqrt(sum(x ** 2)),
 1 / 1e-7)``), and the penalty is ``factor * 0.5 * sum(|off-diagonal of the Gram matrix|)``
-divided by the number of pairs. The factor is a float32 tensor in Keras. Translations insert
-this definition into the output file (``{support:KerasOrthogonalRegularizer}`` in a
-template); this docstring and the imports are not copied.
+divided by the number of pairs. The factor is a float32 tensor in Keras. Translations import it from the package's generated support module
+(``{support:KerasOrthogonalRegularizer}`` in a template).
 """
 
 import dataclasses

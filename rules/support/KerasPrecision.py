@@ -5,10 +5,15 @@ confusion_metrics.py: float32 true and false positive counts per threshold, upda
 ``keras_confusion_matrix_update`` (thresholds, ``top_k`` and ``class_id`` as Keras reads
 them, see ``keras_metric_thresholds``); ``result()`` is ``tp / (tp + fp)`` (0 when nothing
 was predicted positive), a scalar for one threshold, else one value per threshold.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy
+
+from .keras_confusion_matrix_update import keras_confusion_matrix_update
+from .keras_divide_no_nan import keras_divide_no_nan
+from .keras_metric_name import keras_metric_name
+from .keras_metric_thresholds import keras_metric_thresholds
 
 
 class KerasPrecision:

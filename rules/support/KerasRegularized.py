@@ -9,9 +9,8 @@ and sows those terms (``keras_add_loss``) computed from the params that very pas
 gradients flow through them. ``weight_regularizers`` pairs a param path inside the layer's
 ``params`` with its regularizer; a param the layer did not create (``use_bias=False``) has
 no term, as in Keras. A ``training`` argument the layer does not take is dropped, as Keras
-ignores it for such a layer (nn.Sequential and train states pass it on). Translations insert
-this definition into the output file (``{support:KerasRegularized}`` in a template); this
-docstring and the imports are not copied.
+ignores it for such a layer (nn.Sequential and train states pass it on). Translations import it from the package's generated support module
+(``{support:KerasRegularized}`` in a template).
 """
 
 import inspect
@@ -19,6 +18,8 @@ import typing
 
 import flax.linen
 import jax
+
+from .keras_add_loss import keras_add_loss
 
 
 class KerasRegularized(flax.linen.Module):

@@ -4,10 +4,14 @@ Keras (keras/src/metrics/regression_metrics.py) lines labels and predictions up 
 feeds the squared errors to ``Mean`` (so a sample's several outputs are averaged, then
 weighted) and returns the square root of the mean: ``sqrt(total / count)``, not the mean of
 per-batch roots. The mean is a held ``KerasMean`` (every support file must run on its own).
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy
+
+from .KerasMean import KerasMean
+from .keras_metric_name import keras_metric_name
+from .keras_same_rank import keras_same_rank
 
 
 class KerasRootMeanSquaredError:

@@ -3,12 +3,13 @@
 As ``KerasMean`` (state outside jitted code, Keras' API), following
 keras/src/metrics/reduction_metrics.py: a float32 ``total`` to which each batch adds the
 sum of its per-sample values, weighted (``keras_samplewise_values`` with ``numpy.sum``: a
-sample's several values are summed, not averaged). Translations insert this definition into
-the output file; the imports are not copied.
+sample's several values are summed, not averaged). Translations import it from the package's generated support module.
 """
 
 import numpy
 
+from .keras_metric_name import keras_metric_name
+from .keras_samplewise_values import keras_samplewise_values
 
 class KerasSum:
     """Keras' ``Sum``: the (weighted) sum of everything seen since the last reset."""

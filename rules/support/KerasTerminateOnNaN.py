@@ -1,6 +1,6 @@
 """``keras.callbacks.TerminateOnNaN`` for the translated ``fit``: stop (or raise) when the
 running loss of a training batch is NaN or infinite (keras/src/callbacks/terminate_on_nan.py).
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy

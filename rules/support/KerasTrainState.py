@@ -13,7 +13,7 @@ a translated step takes this state and returns the next one. It is flax's ``Trai
   A ``tf.random`` draw in a step or in a function given the state draws from
   ``draw_key(site)``: that step's key folded with the draw's place in the source.
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import inspect

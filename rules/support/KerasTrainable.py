@@ -13,7 +13,7 @@ transformation: ``optax.multi_transform`` sending the frozen params to
 ``optax.set_to_zero()`` (the inner ``tx``, with its clipping and decay, sees the trainable
 ones only). Keras runs a frozen BatchNormalization in inference mode; that is not
 reproduced, so moving statistics under a frozen layer are refused.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import jax

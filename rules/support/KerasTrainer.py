@@ -51,7 +51,7 @@ Keras 3's semantics (keras/src/trainers/, TF backend), where they are determinis
   ``_get_metrics_result_or_logs``). Each evaluation batch draws its noise from a key of
   its own (``apply_model`` folds the step count, which evaluation does not advance).
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import functools
@@ -59,6 +59,16 @@ import functools
 import jax
 import numpy
 import optax
+
+from .KerasEpochIterator import KerasEpochIterator
+from .KerasHistory import KerasHistory
+from .KerasMean import KerasMean
+from .KerasMeanMetricWrapper import KerasMeanMetricWrapper
+from .KerasTrainState import KerasTrainState
+from .keras_checkpoint_restore import keras_checkpoint_restore
+from .keras_checkpoint_save import keras_checkpoint_save
+from .keras_loss import keras_loss
+from .keras_weight_order import keras_weight_order
 
 
 class KerasTrainer:

@@ -8,7 +8,7 @@ and ``assign`` hands the new one to ``write``, with Keras' shape check. NumPy ta
 array (``np.asarray(v)``, ``v.numpy()``, ``np.testing``), so do ``jnp.asarray`` and
 ``jnp.zeros_like`` and the arithmetic operators; other ``jnp`` functions and ``jax.jit``
 need the array itself: ``jnp.asarray(v)``.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import jax

@@ -2,12 +2,12 @@
 
 1.0 where labels equal predictions exactly, after casting the labels to the predictions'
 dtype and lining the two up by rank (``keras_same_rank``); float32.
-Used through ``KerasMeanMetricWrapper`` by ``keras.metrics.Accuracy``. Translations insert
-this definition into the output file; the imports are not copied.
+Used through ``KerasMeanMetricWrapper`` by ``keras.metrics.Accuracy``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_accuracy(y_true, y_pred):
     """``float32(y_true == y_pred)`` per entry."""

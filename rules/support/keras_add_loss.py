@@ -7,7 +7,7 @@ whose input variables already hold ``losses`` from an earlier pass (a train stat
 its collections from step to step) then records this pass's terms, never stale ones. The
 price: a module instance called twice in one pass keeps only its last term under that name.
 ``sow`` does nothing when ``losses`` is not mutable (inference applies), and returns False.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

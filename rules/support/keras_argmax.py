@@ -3,8 +3,7 @@
 Keras replaces float ``-0.0`` by ``-tiny`` before ``tf.argmax`` (keras/src/backend/
 tensorflow/numpy.py), so ``-0.0`` loses against ``0.0``; ``jnp.argmax`` treats them as
 equal and returns the first. Ties otherwise go to the first index on both sides. Used by
-the accuracy metrics; translations insert this definition into the output file; the imports
-are not copied.
+the accuracy metrics; translations import it from the package's generated support module.
 """
 
 import jax

@@ -5,12 +5,12 @@ of exactly 0.5 is a 0), cast to the labels' dtype and compared with the labels f
 equality (soft labels never match), per entry, float32, after Keras' rank alignment. Keras
 compares the predictions as given: probabilities against 0.5, logits need ``threshold=0``.
 Used by the function ``keras.metrics.binary_accuracy`` and, through
-``KerasMeanMetricWrapper``, by ``keras.metrics.BinaryAccuracy``. Translations insert this
-definition into the output file; the imports are not copied.
+``KerasMeanMetricWrapper``, by ``keras.metrics.BinaryAccuracy``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_binary_accuracy(y_true, y_pred, threshold=0.5):
     """``float32(y_true == (y_pred > threshold))`` per entry."""

@@ -7,8 +7,7 @@ a ``sigmoid`` activation's output when it can find them; a JAX array carries non
 probabilities are always clipped (the values agree except for probabilities within 1e-7 of
 0 or 1).
 Used by the function ``keras.losses.binary_crossentropy`` and, through ``keras_loss``, by the class
-``keras.losses.BinaryCrossentropy``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.BinaryCrossentropy``. Translations import it from the package's generated support module.
 """
 
 import jax

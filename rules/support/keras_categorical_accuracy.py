@@ -3,12 +3,12 @@
 1.0 where the arg-max of the one-hot (or soft) labels equals the arg-max of the predictions
 over the last axis (``keras_argmax``: first index on ties, ``-0.0`` below ``0.0``), float32,
 one value per sample. Used by the function ``keras.metrics.categorical_accuracy`` and,
-through ``KerasMeanMetricWrapper``, by ``keras.metrics.CategoricalAccuracy``. Translations
-insert this definition into the output file; the imports are not copied.
+through ``KerasMeanMetricWrapper``, by ``keras.metrics.CategoricalAccuracy``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_argmax import keras_argmax
 
 def keras_categorical_accuracy(y_true, y_pred):
     """``float32(argmax(y_true) == argmax(y_pred))`` over the last axis."""

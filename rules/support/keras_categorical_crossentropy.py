@@ -5,8 +5,7 @@ and for probabilities renormalizes them along ``axis`` and clips them to
 ``[1e-7, 1 - 1e-7]`` before the log (optax has no probability form). As for the binary
 loss, a ``softmax`` output's hidden logits are not available in JAX.
 Used by the function ``keras.losses.categorical_crossentropy`` and, through ``keras_loss``, by the class
-``keras.losses.CategoricalCrossentropy``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.CategoricalCrossentropy``. Translations import it from the package's generated support module.
 """
 
 import jax

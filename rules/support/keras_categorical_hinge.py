@@ -2,8 +2,7 @@
 
 ``max(max((1 - y_true) * y_pred) - sum(y_true * y_pred) + 1, 0)`` over the last axis.
 Used by the function ``keras.losses.categorical_hinge`` and, through ``keras_loss``, by the class
-``keras.losses.CategoricalHinge``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.CategoricalHinge``. Translations import it from the package's generated support module.
 """
 
 import jax

@@ -1,6 +1,6 @@
 """Read back what ``keras_checkpoint_save`` wrote: the tree and its metadata.
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import os

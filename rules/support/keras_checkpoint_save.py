@@ -5,8 +5,7 @@ the translation writes an orbax checkpoint (``StandardCheckpointer``) under the 
 which is then a directory. It is staged beside the target and renamed into place, the old
 one moved aside first, so a reader finds the old checkpoint or the new one, never half of
 one (orbax itself commits a save by renaming its temporary directory). ``metadata`` (JSON)
-is stored with it. Translations insert this definition into the output file; the imports
-are not copied.
+is stored with it. Translations import it from the package's generated support module.
 """
 
 import os

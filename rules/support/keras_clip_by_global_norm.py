@@ -3,8 +3,7 @@
 TF scales every tensor by ``clip_norm * min(1 / global_norm, 1 / clip_norm)``, where the
 global norm is the L2 norm of all entries together (``None`` entries skipped), and
 returns the norm before clipping. A non-finite norm makes every entry NaN, as in TF
-(``scale + (norm - norm)``). Translations insert this definition into the output file;
-the imports are not copied.
+(``scale + (norm - norm)``). Translations import it from the package's generated support module.
 """
 
 import jax

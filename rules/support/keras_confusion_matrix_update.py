@@ -16,10 +16,12 @@ variables. Both of Keras' paths are kept, because they differ:
 weights get a trailing axis, are lined up by rank with the labels and broadcast to the
 predictions. ``multi_label`` keeps the last axis apart (counts of shape (thresholds,
 labels)); otherwise everything is flattened and ``label_weights`` weigh the last axis.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy
+
+from .keras_same_rank import keras_same_rank
 
 
 def keras_confusion_matrix_update(

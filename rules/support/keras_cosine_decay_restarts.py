@@ -3,8 +3,7 @@
 ``optax.sgdr_schedule`` takes a finite list of periods; Keras restarts forever, each period
 ``t_mul`` times longer and ``m_mul`` times lower than the last
 (keras/src/optimizers/schedules/learning_rate_schedule.py). This is Keras' formula in
-``jax.numpy``, called with the step count as optax schedules are. Translations insert this
-definition into the output file; the imports are not copied.
+``jax.numpy``, called with the step count as optax schedules are. Translations import it from the package's generated support module.
 """
 
 import math

@@ -4,12 +4,12 @@ Keras returns the NEGATIVE cosine similarity (a loss to minimize), normalizing e
 as ``x * min(rsqrt(sum(x ** 2)), 1 / 1e-7)`` along ``axis``; ``optax.cosine_similarity``
 returns the positive similarity with a different guard against zero vectors.
 Used by the function ``keras.losses.cosine_similarity`` and, through ``keras_loss``, by the class
-``keras.losses.CosineSimilarity``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.CosineSimilarity``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_cosine_similarity(y_true, y_pred, axis=-1):
     """``-sum(normalize(y_true) * normalize(y_pred), axis)``."""

@@ -1,8 +1,7 @@
 """``tf.math.divide_no_nan`` in NumPy float32, as Keras metrics compute their results.
 
 ``x / y`` where ``y != 0`` and 0 where ``y == 0`` (even for 0 / 0): a metric that has seen no
-samples reports 0, not NaN. Used by the metric classes in rules/support; translations insert
-this definition into the output file; the imports are not copied.
+samples reports 0, not NaN. Used by the metric classes in rules/support; translations import it from the package's generated support module.
 """
 
 import numpy

@@ -3,8 +3,7 @@
 Labels that are all 0 or 1 are first mapped to -1 and 1 (a data-dependent choice in Keras,
 a ``where`` here); the loss is ``mean(max(1 - y_true * y_pred, 0), axis=-1)``.
 Used by the function ``keras.losses.hinge`` and, through ``keras_loss``, by the class
-``keras.losses.Hinge``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.Hinge``. Translations import it from the package's generated support module.
 """
 
 import jax

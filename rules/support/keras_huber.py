@@ -4,13 +4,13 @@
 ``delta * |e| - 0.5 * delta ** 2`` beyond); Keras averages it over the last axis after
 lining labels and predictions up by rank.
 Used by the function ``keras.losses.huber`` and, through ``keras_loss``, by the class
-``keras.losses.Huber``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.Huber``. Translations import it from the package's generated support module.
 """
 
 import jax
 import optax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_huber(y_true, y_pred, delta=1.0):
     """``mean(huber(y_pred - y_true, delta), axis=-1)``."""

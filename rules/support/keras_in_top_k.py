@@ -4,7 +4,7 @@ True when fewer than ``k`` classes have a strictly larger prediction than the ta
 classes tied with the target at the top-k boundary all count as in the top k. A target
 outside ``[0, classes)`` or a row with a non-finite prediction gives False, as TF's kernel.
 ``jax.lax.top_k`` would break ties by index instead. Used by the top-k accuracy metrics;
-translations insert this definition into the output file; the imports are not copied.
+translations import it from the package's generated support module.
 """
 
 import jax

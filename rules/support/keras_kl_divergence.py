@@ -4,8 +4,7 @@ Keras clips both distributions to ``[1e-7, 1]`` before ``y_true * log(y_true / y
 and sums over the last axis; ``optax.kl_divergence`` takes log-predictions and does not
 clip, so zero labels and zero predictions give different values there.
 Used by the function ``keras.losses.kl_divergence`` and, through ``keras_loss``, by the class
-``keras.losses.KLDivergence``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.KLDivergence``. Translations import it from the package's generated support module.
 """
 
 import jax

@@ -4,13 +4,13 @@
 ``x + softplus(-2x) - log 2``; Keras averages it over the last axis after lining labels
 and predictions up by rank.
 Used by the function ``keras.losses.log_cosh`` and, through ``keras_loss``, by the class
-``keras.losses.LogCosh``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.LogCosh``. Translations import it from the package's generated support module.
 """
 
 import jax
 import optax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_log_cosh(y_true, y_pred):
     """``mean(log(cosh(y_pred - y_true)), axis=-1)``."""

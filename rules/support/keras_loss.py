@@ -9,12 +9,12 @@ the result is reduced: ``"sum_over_batch_size"`` (the default) and ``"mean"`` di
 weighted sum by the number of loss entries (not by the sum of the weights),
 ``"mean_with_sample_weight"`` by the sum of the weights, ``"sum"`` sums, ``"none"``/``None``
 keeps the per-sample losses. A Keras mask carried by ``y_pred`` from a masking layer has no
-JAX counterpart: pass such a mask as ``sample_weight``. Translations insert this definition
-into the output file; the imports are not copied.
+JAX counterpart: pass such a mask as ``sample_weight``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_loss(fn, y_true, y_pred, sample_weight=None, *, reduction="sum_over_batch_size", **options):
     """``fn(y_true, y_pred, **options)`` per sample, weighted and reduced as a Keras loss object does."""

@@ -3,12 +3,12 @@
 The denominator ``|y_true|`` is floored at Keras' epsilon 1e-7; labels and predictions
 are lined up by rank first.
 Used by the function ``keras.losses.mean_absolute_percentage_error`` and, through ``keras_loss``, by the class
-``keras.losses.MeanAbsolutePercentageError``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.MeanAbsolutePercentageError``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_mean_absolute_percentage_error(y_true, y_pred):
     """``100 * mean(|(y_true - y_pred) / max(|y_true|, 1e-7)|, axis=-1)``."""

@@ -3,12 +3,12 @@
 Both sides are floored at Keras' epsilon 1e-7 before ``log(x + 1)``; labels and
 predictions are lined up by rank first.
 Used by the function ``keras.losses.mean_squared_logarithmic_error`` and, through ``keras_loss``, by the class
-``keras.losses.MeanSquaredLogarithmicError``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.MeanSquaredLogarithmicError``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_same_rank import keras_same_rank
 
 def keras_mean_squared_logarithmic_error(y_true, y_pred):
     """``mean((log(max(y_pred, 1e-7) + 1) - log(max(y_true, 1e-7) + 1)) ** 2, axis=-1)``."""

@@ -3,8 +3,7 @@
 ``keras.metrics.Precision()`` is named ``"precision"``, the next one ``"precision_1"``: Keras
 keeps one counter per prefix for the process, and logs (``{m.name: m.result()}``) rely on the
 names being distinct. An explicit name is kept as given. Used by the metric classes in
-rules/support (``KerasMean``, ``KerasPrecision``, ...); translations insert this definition
-into the output file; the imports are not copied.
+rules/support (``KerasMean``, ``KerasPrecision``, ...); translations import it from the package's generated support module.
 """
 
 

@@ -3,10 +3,10 @@
 ``thresholds=None`` means 0.5, or, with ``top_k``, -1e10 (every top-k prediction counts as
 positive); a number is a one-element list; every threshold must lie in [0, 1]. Whether the
 list is evenly spaced over [0, 1] decides which of Keras' counting paths is taken
-(``keras_thresholds_evenly_distributed``). Translations insert this definition into the
-output file; the imports are not copied.
+(``keras_thresholds_evenly_distributed``). Translations import it from the package's generated support module.
 """
 
+from .keras_thresholds_evenly_distributed import keras_thresholds_evenly_distributed
 
 def keras_metric_thresholds(thresholds, top_k=None):
     """``(thresholds as a list, whether Keras treats them as evenly distributed)``."""

@@ -4,8 +4,7 @@ The translated modules sow every regularization term (weight penalties, activity
 penalties, ``add_loss``) into the ``losses`` collection (``keras_add_loss``); a pass applied
 with ``mutable=[..., "losses"]`` returns them with the other updated collections. This is
 the list of those terms: its sum is Keras' ``sum(model.losses)``; names and order differ
-from Keras', the number of terms does not. Translations insert this definition into the
-output file; the imports are not copied.
+from Keras', the number of terms does not. Translations import it from the package's generated support module.
 """
 
 import jax

@@ -3,8 +3,7 @@
 ``mean(y_pred - y_true * log(y_pred + 1e-7), axis=-1)``: Keras' form, with its epsilon
 inside the log (``optax.poisson_nll`` works on log-rates).
 Used by the function ``keras.losses.poisson`` and, through ``keras_loss``, by the class
-``keras.losses.Poisson``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.Poisson``. Translations import it from the package's generated support module.
 """
 
 import jax

@@ -2,8 +2,8 @@
 
 Keras lines up labels of shape ``(batch,)`` with predictions of shape ``(batch, 1)`` before
 computing a loss; ``jax.numpy`` would broadcast them to ``(batch, batch)`` and silently
-average the wrong thing. Translations insert this definition into the output file (the
-loss definitions that need it name it); the imports are not copied.
+average the wrong thing. Translations import it from the package's generated support module (the loss
+definitions that need it import it).
 """
 
 import jax

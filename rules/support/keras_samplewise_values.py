@@ -6,10 +6,12 @@ the extra axes; the weights are broadcast to the values and multiplied in, and w
 more than one axis are reduced over their trailing axes; finally every value is reduced to
 one per sample. ``reduce_fn`` is ``numpy.mean`` for ``Mean``, ``numpy.sum`` for ``Sum``. A
 Keras mask carried by the values has no JAX counterpart: pass it as ``sample_weight``.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import numpy
+
+from .keras_same_rank import keras_same_rank
 
 
 def keras_samplewise_values(values, sample_weight, reduce_fn):

@@ -5,12 +5,12 @@
 ``(..., 1)`` are squeezed, and so is a trailing axis of 1 in the result; float32 (labels
 are compared as floats, as Keras casts them to the predictions' dtype). Used by the function
 ``keras.metrics.sparse_categorical_accuracy`` and, through ``KerasMeanMetricWrapper``, by
-``keras.metrics.SparseCategoricalAccuracy``. Translations insert this definition into the
-output file; the imports are not copied.
+``keras.metrics.SparseCategoricalAccuracy``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_argmax import keras_argmax
 
 def keras_sparse_categorical_accuracy(y_true, y_pred):
     """``float32(y_true == argmax(y_pred))`` over the last axis."""

@@ -6,8 +6,7 @@ probabilities are renormalized too. ``ignore_class`` entries get label 0 and a l
 (``keras_loss`` then leaves them out of the mean). Labels outside ``[0, classes)`` raise in
 TensorFlow on CPU; optax returns a meaningless value for them.
 Used by the function ``keras.losses.sparse_categorical_crossentropy`` and, through ``keras_loss``, by the class
-``keras.losses.SparseCategoricalCrossentropy``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.SparseCategoricalCrossentropy``. Translations import it from the package's generated support module.
 """
 
 import jax

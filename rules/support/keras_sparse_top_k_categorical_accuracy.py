@@ -6,10 +6,12 @@ ties at the boundary count as in), float32, in the labels' shape (labels ``(n, 1
 ``from_sorted_ids=True`` the predictions are class ids sorted by score and the label must be
 among the first ``k``. Used by the function ``keras.metrics.sparse_top_k_categorical_accuracy``
 and, through ``KerasMeanMetricWrapper``, by ``keras.metrics.SparseTopKCategoricalAccuracy``.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import jax
+
+from .keras_in_top_k import keras_in_top_k
 
 
 def keras_sparse_top_k_categorical_accuracy(y_true, y_pred, k=5, from_sorted_ids=False):

@@ -3,8 +3,7 @@
 As the hinge loss (0/1 labels mapped to -1/1), squared before the mean over the last
 axis.
 Used by the function ``keras.losses.squared_hinge`` and, through ``keras_loss``, by the class
-``keras.losses.SquaredHinge``. Translations insert this definition into the output file; the
-imports are not copied.
+``keras.losses.SquaredHinge``. Translations import it from the package's generated support module.
 """
 
 import jax

@@ -3,8 +3,7 @@
 Whether thresholds are ``0, 1/(n-1), ..., 1`` (n >= 3, within ``np.allclose(atol=1e-7)``):
 Keras then counts a batch with a bucketing shortcut (``keras_confusion_matrix_update``)
 whose results differ from comparing with each threshold at exact boundaries and for
-predictions outside [0, 1], so the translation must take the same path. Translations insert
-this definition into the output file; the imports are not copied.
+predictions outside [0, 1], so the translation must take the same path. Translations import it from the package's generated support module.
 """
 
 import numpy

@@ -4,12 +4,13 @@
 (``keras_in_top_k``: ties at the boundary count as in), float32, one value per sample;
 predictions of rank > 2 are flattened to (samples, classes) and the result takes the labels'
 shape. Used by the function ``keras.metrics.top_k_categorical_accuracy`` and, through
-``KerasMeanMetricWrapper``, by ``keras.metrics.TopKCategoricalAccuracy``. Translations
-insert this definition into the output file; the imports are not copied.
+``KerasMeanMetricWrapper``, by ``keras.metrics.TopKCategoricalAccuracy``. Translations import it from the package's generated support module.
 """
 
 import jax
 
+from .keras_argmax import keras_argmax
+from .keras_in_top_k import keras_in_top_k
 
 def keras_top_k_categorical_accuracy(y_true, y_pred, k=5):
     """``float32(argmax(y_true) in top_k(y_pred))`` per sample."""

@@ -7,7 +7,7 @@ makes, so the translation keeps each tracker in the module object's ``__dict__``
 instead, built on first use by ``make``: one object per module object, shared by every
 caller that holds it (the trainer updates it outside jit, after each step). A clone
 (``module.clone()``, the clones inside ``apply``) gets its own, unused, tracker.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

@@ -6,8 +6,8 @@ and the decay never enters the optimizer's state. Placed after the whole optimiz
 ``optax.chain`` (whose updates already carry ``-lr``), adding ``-wd * lr * param`` gives the
 same new parameters: the Keras update steps never read the variable, so decaying before or
 beside them is the same. ``optax.add_decayed_weights`` takes a schedule, so a learning-rate
-schedule is followed step by step. Translations insert this definition into the output file
-(``{support:keras_weight_decay}`` in a template); this docstring and the imports are not copied.
+schedule is followed step by step. Translations import it from the package's generated support module
+(``{support:keras_weight_decay}`` in a template).
 """
 
 import optax

@@ -8,7 +8,7 @@ the leaves by module path, in order of first appearance, gives Keras' order wher
 layouts agree (the weight maps of rules/layers say where they do not: an LSTM's kernel is
 split per gate). A tree that went through ``jax.tree_util`` (an optimizer update) has its
 keys sorted instead, so the order is taken once, from the first tree seen, and kept.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

@@ -8,7 +8,7 @@ example input, so the translation records the Input's ``(shape, dtype)`` on the 
 dataclasses: the attribute is set past their ``__setattr__``, and is not a field (clones
 made by ``apply`` do not need it).
 
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 

@@ -7,7 +7,7 @@ Once the decayed branch of the maximum wins, optax's ``nu`` keeps a decayed ``ep
 Keras adds the whole of it, so updates of parameters with small gradients differ (measured
 after 5 steps at lr 0.1, gradients from 1 to 1e-7: 1.7e-5 absolute, 3.9e-4 of the
 displacement). This follows Keras.
-Translations insert this definition into the output file; the imports are not copied.
+Translations import it from the package's generated support module.
 """
 
 import jax

@@ -12,7 +12,6 @@ import functools
 import tomllib
 from pathlib import Path
 
-import libcst as cst
 import libcst.matchers as m
 
 from tern.convert import Refusal

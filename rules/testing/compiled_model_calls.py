@@ -2,9 +2,9 @@
 
 A test keeps its model objects; each model's Keras state lives in its ``KerasTrainer``
 (rules/support/KerasTrainer.py, attached to the module object, shared with package code).
-The test file also has its own registry of variables (``_TERN_VARIABLES``,
+The tests also share a registry of variables (``_TERN_VARIABLES``,
 ``testing/module_calls.py``) for ``model(x)`` and ``model.trainable_variables``. One helper
-keeps the two in step, written into the test file::
+keeps the two in step (``support/registry_trainer.py``)::
 
     model.fit(x, y, epochs=2)                ->  _tern_trainer(model).fit(x, y, epochs=2)
     model.optimizer.iterations               ->  _tern_trainer(model).iterations
@@ -23,7 +23,6 @@ TODO saying why. ``get_weights`` of registry models is ``module_calls.py``'s.
 
 from __future__ import annotations
 
-import functools
 
 import libcst as cst
 import libcst.matchers as m
@@ -32,42 +31,12 @@ from tern.compiled_models import TRAINER_METHODS, refusal
 from tern.convert import Refusal
 from tern.rule import Rule
 from tern.trainer_calls import call_refusal, rewrite
-from tern.translate import insert_after_imports
-from tern_rules.testing.module_calls import runtime_statements
 
 HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
 INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",
           "keras.Model": "keras.Model", "keras.models.Model": "keras.Model"}
 LAYOUT = ("the model holds layers whose Keras variables are not the Flax arrays as they are (split per gate, or "
           "reshaped), so Keras' weight list has no one-to-one counterpart")
-
-RUNTIME = '''
-
-def _tern_trainer(module):
-    """The module's KerasTrainer (its compile/fit state, shared with package code), with this
-    file's registry variables: those are the newest, since the trainer writes every change back."""
-    trainer = KerasTrainer.of(module)
-    if trainer.variables is None and getattr(module, "tern_input_specs", None) is not None:
-        _tern_variables(module)  # a functional Keras model is built from its Inputs at construction
-    entry = _TERN_VARIABLES.get(id(module))
-    if entry is not None:
-        trainer.set_variables(entry[1], order=_TERN_ORDER.get(id(module)))
-    elif trainer.variables is not None:
-        _tern_keep(module, trainer.variables, trainer.weight_order)
-    trainer.on_update = functools.partial(_tern_keep, module)
-    return trainer
-
-
-def _tern_keep(module, variables, order):
-    _TERN_VARIABLES[id(module)] = (module, variables)
-    _TERN_ORDER.setdefault(id(module), [tuple(p) for p in order])
-
-
-def _tern_shared(module):
-    """``module``, its variables handed to its KerasTrainer (package code is about to compile or fit it)."""
-    _tern_trainer(module)
-    return module
-'''
 
 
 def _key(node: cst.BaseExpression) -> str | None:
@@ -179,7 +148,6 @@ class CompiledModelCallsRule(Rule):
             ctx.rule_state.setdefault(HANDLED, set()).add(id(func))
             ctx.todo(f"keras.Model.{method}", out.reason)
             return None
-        self._need_runtime(ctx)
         return out
 
     def _package_call(self, ctx, original, updated):
@@ -196,7 +164,6 @@ class CompiledModelCallsRule(Rule):
             wrapped = True
         if not wrapped:
             return None
-        self._need_runtime(ctx)
         return updated.with_changes(args=args)
 
     def leave_attribute(self, ctx, original, updated):
@@ -211,20 +178,7 @@ class CompiledModelCallsRule(Rule):
                      "the compiled optimizer is an optax transformation: Keras optimizer attributes other than "
                      "`iterations` and `learning_rate` have no counterpart on the trainer")
             return None
-        self._need_runtime(ctx)
         return cst.Attribute(value=_call("_tern_trainer", updated.value.value), attr=cst.Name(original.attr.value))
-
-    @staticmethod
-    def _need_runtime(ctx):
-        ctx.rule_state["runtime"] = True  # module_calls.py's registry
-        ctx.rule_state["trainer_runtime"] = True
-        ctx.support.add("KerasTrainer")
-
-    def leave_module(self, ctx, updated):
-        if not ctx.rule_state.get("trainer_runtime"):
-            return None
-        ctx.plan.spell("functools")
-        return insert_after_imports(updated, runtime_statements(RUNTIME))
 
 
 RULE = CompiledModelCallsRule()

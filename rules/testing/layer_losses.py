@@ -183,8 +183,6 @@ class LayerLossesRule(Rule):
         if not ctx.rule_state.get(self.id, {}).get(id(original)):
             ctx.todo(f"{_key(original.value)}.losses", REASON)
             return None
-        ctx.rule_state["runtime"] = True  # module_calls writes _tern_variables into the file
-        ctx.support.add(SUPPORT)
         variables = cst.Call(func=cst.Name("_tern_variables"), args=[cst.Arg(updated.value)])
         return cst.Call(func=cst.Name(SUPPORT), args=[cst.Arg(variables)])
 

@@ -3,9 +3,10 @@
 A Keras layer owns its variables and builds them on first call; a Flax module is a
 description, and ``init``/``apply`` take the variables explicitly. In a test,
 ``model(x, training=True)`` becomes ``_tern_apply(model, x, training=True)``: a small
-helper written into the test file that initialises on first use, passes fresh ``dropout``
-and ``noise`` keys, applies with every collection mutable and keeps the updates, exactly
-as a Keras layer keeps its moving statistics. ``model.trainable_variables`` and friends
+support helper (``support/registry.py``, imported from the package's support module)
+that initialises on first use, passes fresh ``dropout`` and ``noise`` keys, applies with
+every collection mutable and keeps the updates, exactly as a Keras layer keeps its moving
+statistics. ``model.trainable_variables`` and friends
 read the helper's variables.
 
 Which names hold modules is known from the package pre-pass (package layer/model
@@ -14,172 +15,13 @@ classes and model-building functions) and from table layers constructed in the t
 
 from __future__ import annotations
 
-import functools
 
 import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
-from tern.translate import insert_after_imports
 from tern_rules.structure.sequential import becomes_nn_sequential
 
-RUNTIME = '''
-
-_TERN_VARIABLES = {}
-_TERN_ORDER = {}
-_TERN_KEYS = [0]
-
-
-def _tern_rngs():
-    """Fresh PRNG keys for every stream the translated modules use."""
-    _TERN_KEYS[0] += 1
-    key = jax.random.key(_TERN_KEYS[0])
-    return {name: jax.random.fold_in(key, i) for i, name in enumerate(("params", "dropout", "noise"))}
-
-
-def _tern_init(module, *args, **kwargs):
-    """Build a module as Keras builds a layer; remember its variables' creation order (Keras' weight order)."""
-    variables = module.init(_tern_rngs(), *args, **kwargs)
-    _TERN_VARIABLES[id(module)] = (module, variables)
-    layers = {}
-
-    def walk(path, node):
-        for key, value in node.items():
-            if hasattr(value, "items"):
-                walk((*path, key), value)
-            else:
-                layers.setdefault(path[1:], []).append((*path, key))
-
-    for collection, tree in variables.items():
-        if collection != "losses":  # a pass's regularization terms, not weights
-            walk((collection,), tree)
-    _TERN_ORDER[id(module)] = [p for paths in layers.values() for p in paths]
-    return variables
-
-
-def _tern_apply(module, *args, method=None, **kwargs):
-    """Call a Flax module as Keras calls a layer: build on first use, keep state updates."""
-    entry = _TERN_VARIABLES.get(id(module))
-    if entry is None:
-        entry = (module, _tern_init(module, *args, method=method, **kwargs))
-    out, updates = module.apply(entry[1], *args, method=method, rngs=_tern_rngs(), mutable=True, **kwargs)
-    _TERN_VARIABLES[id(module)] = (module, {**entry[1], **updates})
-    return out
-
-
-def _tern_variables(module, collection=None):
-    """The variables Keras would hold on the layer (all, or one collection)."""
-    specs = getattr(module, "tern_input_specs", None)
-    if id(module) not in _TERN_VARIABLES and specs is not None:
-        # a functional Keras model is built from its Inputs at construction
-        def example(spec):
-            shape, dtype = spec
-            return jnp.zeros((1, *[1 if d is None else d for d in shape]), dtype)
-        args = [[example(s) for s in specs]] if isinstance(specs, list) else [example(specs)]
-        _tern_init(module, *args)
-    variables = _TERN_VARIABLES[id(module)][1]
-    return variables if collection is None else variables.get(collection, {})
-
-
-def _tern_leaves(module, collection=None):
-    """All the module's weights, its trainable ones ("params") or the others ("batch_stats"), in Keras'
-    order (layer by layer as created: ``_TERN_ORDER``); params of layers frozen with
-    ``layer.trainable = False`` (its KerasTrainable table) count as the others."""
-    variables = _tern_variables(module)
-    table = module.__dict__.get("_keras_trainable")
-
-    def trainable(path):
-        return path[0] == "params" and (table is None or table.variable(tuple(path[1:])))
-
-    order = _TERN_ORDER.get(id(module)) or [tuple(k.key for k in path)
-                                            for path, _ in jax.tree_util.tree_leaves_with_path(variables)]
-    paths = [p for p in order if p[0] != "losses"]  # a pass's regularization terms, not weights
-    if collection == "params":
-        paths = [p for p in paths if trainable(p)]
-    elif collection == "batch_stats":
-        paths = [p for p in paths if not trainable(p)]
-    elif collection is not None:
-        paths = [p for p in paths if p[0] == collection]
-    out = []
-    for path in paths:
-        value = variables
-        for key in path:
-            value = value[key]
-        out.append(value)
-    return out
-'''
-
-LAYER = '''
-
-def _tern_layer(module, name, layout="keras", within=()):
-    """``model.get_layer(name)`` (``within``: ``model.<within>.get_layer(name)``, a sub-model's layer): a view
-    of that layer's variables in this file's registry, whose weights' ``assign`` writes there."""
-    if within and id(module) not in _TERN_VARIABLES and getattr(module, "tern_input_specs", None) is None:
-        _tern_submodels(module)
-    _tern_variables(module)  # a functional Keras model is built from its Inputs at construction
-    return KerasLayer.get(module, name, variables=lambda: _tern_variables(module),
-                          order=_TERN_ORDER.get(id(module)), layout=layout, within=within,
-                          set_variables=lambda variables: _tern_set_variables(module, variables))
-'''
-
-LAYERS = '''
-
-def _tern_layers(module, layout="keras"):
-    """``model.layers`` of a Keras Sequential: a view of each layer, in Keras' order (``KerasLayer.listed``)."""
-    return KerasLayer.listed(module, variables=lambda: _tern_variables(module), layout=layout,
-                             set_variables=lambda variables: _tern_set_variables(module, variables))
-'''
-
-SET_VARIABLES = '''
-
-def _tern_set_variables(module, variables):
-    """Replace the module's variables in this file's registry (``assign`` on a layer's weight)."""
-    _TERN_VARIABLES[id(module)] = (module, variables)
-'''
-
-SUBMODELS = '''
-
-def _tern_submodels(module):
-    """Keras builds a sub-model declared with Inputs at construction: before a model's first call, its
-    variables are those of the sub-models it was given (its Flax fields), each under its field's name."""
-    variables, order = {}, []
-    for field in dataclasses.fields(module):
-        part = getattr(module, field.name)
-        parts = part if isinstance(part, (list, tuple)) else [part]
-        if field.name in ("parent", "name") or not any(isinstance(p, nn.Module) for p in parts):
-            continue
-        if not isinstance(part, nn.Module) or getattr(part, "tern_input_specs", None) is None:
-            raise NotImplementedError(f"{field.name!r} has no variables before the model's first call: call the model first")
-        for collection, tree in _tern_variables(part).items():
-            variables.setdefault(collection, {})[field.name] = tree
-        order += [(path[0], field.name, *path[1:]) for path in _TERN_ORDER[id(part)]]
-    _TERN_VARIABLES[id(module)] = (module, variables)
-    _TERN_ORDER[id(module)] = order
-'''
-
-BUILT = '''
-
-def _tern_built(module, spec):
-    """A Keras model declared with ``keras.Input`` is built at construction: build it now."""
-    shape, dtype = spec
-    _tern_init(module, jnp.zeros((1, *[1 if d is None else d for d in shape]), dtype))
-    return module
-'''
-
-KERAS_WEIGHTS = '''
-
-def _tern_keras_weights(module):
-    """``model.get_weights()``: NumPy arrays in Keras' order (layer by layer as created,
-    trainable weights before the layer's moving statistics)."""
-    variables = _tern_variables(module)
-    out = []
-    for path in _TERN_ORDER[id(module)]:
-        value = variables
-        for key in path:
-            value = value[key]
-        out.append(np.asarray(value))
-    return out
-'''
 
 LEAVES = {
     "trainable_variables": "params",
@@ -344,8 +186,6 @@ LAYER_LIST = ("the Flax module keeps Keras' layer list only for a Keras Sequenti
               "attributes, a compact module names its layers Dense_0)")
 
 
-
-
 class ModuleCallsRule(Rule):
     id = "testing:module-calls"
     scope = "tests"
@@ -382,7 +222,6 @@ class ModuleCallsRule(Rule):
             return None
         kind = self._instance(ctx, original.func)
         if kind is not None:
-            ctx.rule_state["runtime"] = True
             return cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(updated.func, comma=_comma()), *updated.args])
         if isinstance(original.func, cst.Attribute):
             receiver = original.func.value
@@ -398,7 +237,6 @@ class ModuleCallsRule(Rule):
             if kind is None or id(original.func) in ctx.rule_state.get("compiled_model_handled", ()):
                 return None  # compiled_model_calls.py left this call with its own TODO
             method = original.func.attr.value
-            ctx.rule_state["runtime"] = True
             new_receiver = updated.func.value
             if method == "count_params" and not updated.args:
                 return cst.parse_expression("sum(int(numpy.size(v)) for v in _tern_leaves(__m__))").visit(_Put(new_receiver, ctx))
@@ -406,7 +244,6 @@ class ModuleCallsRule(Rule):
                 call = cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(new_receiver, comma=_comma()), *updated.args])
                 return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
             if method == "get_weights" and not updated.args and not _keras_layout_may_differ(ctx, kind):
-                ctx.rule_state["keras_weights"] = True
                 return cst.Call(func=cst.Name("_tern_keras_weights"), args=[cst.Arg(new_receiver)])
             if method in KERAS_ONLY:
                 ctx.todo(f"keras.Model.{method}", "Keras model API with no flax.linen counterpart (training code is translated separately)")
@@ -440,16 +277,12 @@ class ModuleCallsRule(Rule):
             ctx.todo("keras.Model.get_layer", "only get_layer(name) is translated (not by index)")
             return None
         layout = _layout(ctx, None if within else kind)  # a sub-model's layers: any the package builds
-        ctx.rule_state["runtime"] = True
-        ctx.rule_state["get_layer"] = True
-        ctx.support.add("KerasLayer")
         model = updated.func.value.value if within else updated.func.value
         call_args = [cst.Arg(model, comma=_comma()), args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
         if layout != "keras":
             call_args[-1] = call_args[-1].with_changes(comma=_comma())
             call_args.append(cst.Arg(cst.SimpleString(f'"{layout}"'), keyword=cst.Name("layout"), equal=_eq()))
         if within:
-            ctx.rule_state["submodels"] = True
             call_args[-1] = call_args[-1].with_changes(comma=_comma())
             path = cst.Tuple([cst.Element(cst.SimpleString(f'"{name}"'), comma=_comma()) for name in within[:-1]]
                              + [cst.Element(cst.SimpleString(f'"{within[-1]}"'))])
@@ -471,9 +304,6 @@ class ModuleCallsRule(Rule):
         if _key(receiver) not in _plain_sequentials(ctx) and not _is_plain_sequential(ctx, receiver):
             ctx.todo("keras.Model.layers", LAYER_LIST)
             return None
-        ctx.rule_state["runtime"] = True
-        ctx.rule_state["layers"] = True
-        ctx.support.add("KerasLayer")
         args = [cst.Arg(updated.value)]
         layout = _layout(ctx, kind)
         if layout != "keras":
@@ -498,7 +328,6 @@ class ModuleCallsRule(Rule):
                     "(e.g. one kernel per LSTM gate), so variables do not correspond one to one",
                 )
                 return None
-            ctx.rule_state["runtime"] = True
             collection = LEAVES[attr]
             args = [cst.Arg(updated.value)]
             if collection:
@@ -508,46 +337,8 @@ class ModuleCallsRule(Rule):
             info = ctx.package.classes.get(kind)
             weight = info.weights.get(attr) if info else None
             if weight is not None:
-                ctx.rule_state["runtime"] = True
                 return cst.parse_expression(f'_tern_variables(__m__)["{weight.collection}"]["{weight.name}"]').visit(_Put(updated.value, ctx))
         return None
-
-    def leave_module(self, ctx, updated):
-        if not ctx.rule_state.get("runtime"):
-            return None
-        ctx.plan.spell("jax")
-        ctx.plan.spell("jax.numpy")
-        ctx.plan.spell("numpy")
-        runtime = list(_runtime())
-        for flag, text in (("keras_weights", KERAS_WEIGHTS), ("built", BUILT)):
-            if ctx.rule_state.get(flag):
-                runtime += _parsed(text)
-        views = [text for flag, text in (("get_layer", LAYER), ("layers", LAYERS), ("submodels", SUBMODELS))
-                 if ctx.rule_state.get(flag)]
-        if views:
-            runtime += [stmt for text in (*views, SET_VARIABLES) for stmt in runtime_statements(text)]
-        if ctx.rule_state.get("submodels"):
-            ctx.plan.spell("dataclasses")
-            ctx.plan.spell("flax.linen")
-        runtime[0] = runtime[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return insert_after_imports(updated, runtime)
-
-
-@functools.cache
-def _parsed(text: str) -> tuple[cst.CSTNode, ...]:
-    return tuple(cst.parse_module(text).body)
-
-
-def runtime_statements(text: str) -> list[cst.CSTNode]:
-    """A test runtime block's statements, set off by two blank lines, ready to insert after the imports."""
-    body = list(_parsed(text))
-    body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    return body
-
-
-@functools.cache
-def _runtime() -> tuple[cst.CSTNode, ...]:
-    return tuple(cst.parse_module(RUNTIME).body)
 
 
 class _Put(cst.CSTTransformer):

@@ -28,47 +28,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
-from tern.translate import insert_after_imports
 from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, _is_tape_with, _names, _tape_uses, plain_tape,
                                                        stores)
-from tern_rules.testing.module_calls import runtime_statements
-
-RUNTIME = '''
-
-def _tern_tape_params():
-    """The params of every model in this file's registry: what a Keras tape in a test watches."""
-    return {key: entry[1]["params"] for key, entry in _TERN_VARIABLES.items() if "params" in entry[1]}
-
-
-class _TernTapeParams:
-    """The registry with ``params`` (model key -> params) in place of the models' own, restored on exit."""
-
-    def __init__(self, params, only=False):
-        self.params, self.only = params, only
-
-    def __enter__(self):
-        self.saved = dict(_TERN_VARIABLES)
-        for key, value in self.params.items():
-            module, variables = _TERN_VARIABLES[key]
-            _TERN_VARIABLES[key] = (module, {"params": value} if self.only else {**variables, "params": value})
-
-    def __exit__(self, kind, *exc):
-        built = set(_TERN_VARIABLES) - set(self.saved)
-        _TERN_VARIABLES.clear()
-        _TERN_VARIABLES.update(self.saved)
-        if built and kind is None:
-            raise ValueError("a model was built inside the tape (Keras builds a layer on its first call): call it "
-                             "once before the `with` block, so its variables exist to be differentiated")
-
-
-def _tern_tape_gradient(grads, sources):
-    """Keras' ``tape.gradient(target, sources)``: ``sources()`` read with the gradients in place of the params."""
-    with _TernTapeParams(grads, only=True):
-        found = sources()
-        if isinstance(found, (list, tuple)):
-            return [jnp.asarray(v) for v in found]
-        return jnp.asarray(found)
-'''
 
 
 def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
@@ -147,14 +108,7 @@ class TestTapesRule(Rule):
         body = walk(list(updated.body.body))
         if not changed:
             return None
-        ctx.rule_state["runtime"] = True  # module_calls.py's registry
-        ctx.rule_state["tape_runtime"] = True
         return updated.with_changes(body=updated.body.with_changes(body=body))
-
-    def leave_module(self, ctx, updated):
-        if not ctx.rule_state.get("tape_runtime"):
-            return None
-        return insert_after_imports(updated, runtime_statements(RUNTIME))
 
 
 RULE = TestTapesRule()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tern.report import TODO_MARK
+from tern.support_module import is_generated
 from tern.verify.record import is_test_file
 
 
@@ -106,7 +107,7 @@ class PackageIndex:
         self.package = package
         self.files: dict[str, FileIndex] = {}
         for path in sorted(root.rglob("*.py")):
-            if "__pycache__" in path.parts:
+            if "__pycache__" in path.parts or is_generated(path):  # tern's support copy is no unit to fix
                 continue
             found = index_file(root, path, package)
             if found is not None:

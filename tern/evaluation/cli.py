@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -57,7 +58,7 @@ class BarProgress:
         if self.bar is None:
             return
         style = render.STYLES.get(result.status, "")
-        self.bar.console.print(f"{result.id}: [{style}]{result.status}[/]" + (" (cached)" if result.cached else ""))
+        self.bar.console.print(f"{escape(result.id)}: [{style}]{result.status}[/]" + (" (cached)" if result.cached else ""))
         self.bar.advance(self.task)
 
     def stop(self) -> None:

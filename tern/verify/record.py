@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
@@ -298,7 +299,7 @@ def package_modules(root: Path, package: str) -> list[str]:
     names = []
     for path in sorted((root / package).rglob("*.py")):
         rel = path.relative_to(root).with_suffix("")
-        if is_test_file(path):
+        if is_test_file(path) or is_generated(path):  # tern's support copy: checked where it is written
             continue
         names.append(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
     return names

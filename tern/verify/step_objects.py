@@ -111,7 +111,7 @@ def translated_value(source: str) -> tuple[Any, str]:
     translation leaves a TODO (the tables do not cover some argument)."""
     from tern.translate import translate_source
 
-    result = translate_source(HEADER + f"y = {source}\n")
+    result = translate_source(HEADER + f"y = {source}\n", support_module="tern_rules.support")
     todos = [t for t in result.todos if t.construct != "import tensorflow"]
     if todos or result.todos:
         first = (todos or result.todos)[0]
