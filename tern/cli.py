@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -50,7 +52,7 @@ def _summary(report: RunReport) -> Table:
     kept = any(f.allowed for f in report.files)
     if kept:
         table.add_column("allowed TF", justify="right")  # tf.data kept on purpose: not residue
-    styles = {"translated": "green", "residue": "yellow", "error": "red", "unchanged": "dim", "copied": "dim"}
+    styles = {"translated": "green", "residue": "yellow", "error": "red", "unchanged": "dim", "copied": "dim", "skipped": "dim"}
     for f in report.files:
         row = [f.path, f"[{styles[f.status]}]{f.status}[/]", str(len(f.edits)), str(len(f.todos))]
         table.add_row(*row, *([str(len(f.allowed))] if kept else []))
@@ -77,15 +79,21 @@ def migrate(
     """Translate PATH with the deterministic rules, then (when an LLM is configured) what they
     leave with the LLM, keeping only what verification accepts. Exit 0: all translated,
     1: residue, 2: errors or bad usage (with --verify or an LLM, 1 also when verification
-    finds a mismatch or an error); 130: interrupted (accepted LLM work is kept; rerun to resume)."""
+    finds a mismatch or an error); 130: interrupted (accepted LLM work is kept; rerun to resume),
+    143: terminated (SIGTERM)."""
     import time
 
     from tern.agent import cli as agent_cli
-    from tern.runner import migrate as run
+    from tern.runner import UsageError, migrate as run
     from tern.verify.config import ConfigError
 
     if in_place and out_dir is not None:
         sys.stderr.write("error: --in-place and --out exclude each other\n")
+        raise typer.Exit(2)
+    try:
+        stem = _report_stem(path, out_dir, report_path, in_place=in_place, dry_run=dry_run)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)
     try:
         overrides = {"model": model, "base_url": base_url, "attempts": attempts, "budget_tokens": budget}
@@ -96,35 +104,49 @@ def migrate(
         raise typer.Exit(2)
     started = time.perf_counter()
     try:
-        report = run(path, out_dir, in_place=in_place, dry_run=dry_run, jobs=jobs, progress=_progress(err))
+        with _terminate_as_interrupt():
+            report = run(path, out_dir, in_place=in_place, dry_run=dry_run, jobs=jobs, progress=_progress(err))
     except FileNotFoundError as exc:
         sys.stderr.write(f"error: no such file or directory: {exc}\n")
         raise typer.Exit(2)
-    except ValueError as exc:  # the source holds a file named as tern's generated support module
-        sys.stderr.write(f"error: {exc}\n")
+    except ValueError as exc:  # UsageError (the output would harm the source, or cannot be written), or the
+        sys.stderr.write(f"error: {exc}\n")  # source holds a file named as tern's generated support module
         raise typer.Exit(2)
+    except OSError as exc:  # not one file's fault (each of those is in the report): the run could not be made
+        from tern.runner import reason
+
+        sys.stderr.write(f"error: {exc.filename or path}: {reason(exc)}\n")
+        raise typer.Exit(2)
+    except KeyboardInterrupt as exc:
+        sys.stderr.write("interrupted: no report written; files already written are complete (each write is atomic); "
+                         "rerun to finish\n")
+        raise typer.Exit(143 if isinstance(exc, _Terminated) else 130)
     rules_seconds = time.perf_counter() - started
+    failure = ""
     if dry_run:
         for f in report.files:
             if f.diff:
                 sys.stdout.write(f.diff)
     else:
-        stem = str(report_path or Path(report.out).with_name(Path(report.out).name + ".tern-report"))
-        from tern.runner import write_atomic
-
-        write_atomic(Path(stem + ".json"), report.to_json().encode())
-        write_atomic(Path(stem + ".md"), report.to_markdown().encode())
+        failure = _write_reports(report, stem)
     source = Path(report.source)
     for f in report.files:
-        if f.status == "error":
-            where = source / f.path if source.is_dir() else source
-            sys.stderr.write(f"error: {where}:{f.error_line}: {f.error}\n")  # one plain line: tools parse it
+        where = source / f.path if source.is_dir() else source
+        if f.status == "error":  # one plain line each: tools parse them
+            sys.stderr.write(f"error: {where}:{f.error_line}: {f.error}\n" if f.error_line else f"error: {where}: {f.error}\n")
+        elif f.status == "skipped":
+            sys.stderr.write("".join(f"note: {where}: {n.construct}: {n.text}\n" for n in f.notes))
+    if failure:
+        sys.stderr.write(f"error: {failure}\n")
+        raise typer.Exit(2)
     if not quiet:
         console = err if dry_run else out
         console.print(_summary(report))
         t = report.totals()
         console.print(
-            f"{t['translated']} translated, {t['residue']} with residue, {t['errors']} errors; "
+            f"{t['translated']} translated, {t['residue']} with residue, "
+            + (f"{t['skipped']} skipped, " if t["skipped"] else "")
+            + f"{t['errors']} errors; "
             f"{t['edits']} edits, {t['todos']} TODOs"
             + (f", {t['allowed_tf']} allowed TF uses (tf.data input pipelines, not residue)" if t["allowed_tf"] else "")
             + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
@@ -143,6 +165,62 @@ def migrate(
                        daemon=daemon, use_cache=True, workers=None, json_path=None)
         raise typer.Exit(max(report.exit_code, code) if report.exit_code != 2 else 2)
     raise typer.Exit(report.exit_code)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that the run unwinds as on Ctrl-C: the pool's
+    workers are terminated, nothing half-written is left (exit 143)."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    def terminated(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (an embedding program): its signals are its own
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _report_stem(path: Path, out_dir: Optional[Path], report_path: Optional[Path], *, in_place: bool, dry_run: bool) -> str:
+    """The report's path stem, checked before anything is written: the output and the
+    report are never inside the source (unless --in-place), and can be written.
+    UsageError (or FileNotFoundError, left to the run to report) otherwise."""
+    from tern.runner import UsageError, check_target, check_writable, resolved, target_of
+
+    source = resolved(path, "the source")
+    if not source.exists():
+        return ""
+    target = target_of(source, out_dir, in_place=in_place)
+    check_target(source, target, in_place=in_place, writing=not dry_run)
+    stem = resolved(report_path, "--report") if report_path else target.with_name(target.name + ".tern-report")
+    if source.is_dir() and stem.is_relative_to(source):
+        raise UsageError(f"--report {stem} is inside the source {source}: tern never writes reports into its source")
+    if source in (stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".md")):
+        raise UsageError(f"--report {stem} would overwrite the source {source}")
+    if not dry_run:
+        check_writable(stem.parent, f"--report {stem}" if report_path else f"the report {stem}.json")
+    return str(report_path or stem)
+
+
+def _write_reports(report: RunReport, stem: str) -> str:
+    """Both reports, or the one-line reason they could not be written."""
+    from tern.runner import reason, remove_stale_temps_of, write_atomic
+
+    for suffix, text in ((".json", report.to_json()), (".md", report.to_markdown())):
+        path = Path(stem + suffix)
+        remove_stale_temps_of(path)
+        try:
+            write_atomic(path, text.encode())
+        except OSError as exc:
+            return f"cannot write the report {path}: {reason(exc)}"
+    return ""
 
 
 def _run_agent(report: RunReport, config, stem: str, *, rules_seconds: float, daemon: str, quiet: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 TODO_MARK = "TODO(tern)"
@@ -48,7 +49,9 @@ class Note:
     text: str
 
 
-Status = Literal["translated", "residue", "unchanged", "copied", "error"]
+#: ``skipped``: not a regular file (a FIFO, a device, a socket, a symlinked directory), never
+#: opened; its note says what it is. Not an error: there is nothing in it to translate.
+Status = Literal["translated", "residue", "unchanged", "copied", "skipped", "error"]
 
 
 @dataclass
@@ -99,6 +102,7 @@ class RunReport:
             "residue": sum(f.status == "residue" for f in self.files),
             "unchanged": sum(f.status == "unchanged" for f in self.files),
             "copied": sum(f.status == "copied" for f in self.files),
+            "skipped": sum(f.status == "skipped" for f in self.files),
             "errors": sum(f.status == "error" for f in self.files),
             "edits": sum(len(f.edits) for f in self.files),
             "todos": sum(len(f.todos) for f in self.files),
@@ -127,7 +131,9 @@ class RunReport:
             f"# Tern migration report: `{self.source}`",
             "",
             f"{t['files']} files: {t['translated']} translated, {t['residue']} with residue, "
-            f"{t['unchanged']} unchanged, {t['copied']} copied, {t['errors']} errors; "
+            f"{t['unchanged']} unchanged, {t['copied']} copied, "
+            + (f"{t['skipped']} skipped, " if t["skipped"] else "")
+            + f"{t['errors']} errors; "
             f"{t['edits']} edits, {t['todos']} TODOs"
             + (f"; {t['allowed_tf']} allowed TF uses (not residue)." if t["allowed_tf"] else "."),
             "",
@@ -151,7 +157,7 @@ class RunReport:
         if errors:
             lines += ["", "## Errors", ""]
             for f in errors:
-                lines.append(f"- `{f.path}:{f.error_line}`: {f.error}")
+                lines.append(f"- `{f.path}:{f.error_line}`: {f.error}" if f.error_line else f"- `{f.path}`: {f.error}")
         rules: dict[str, int] = {}
         for f in self.files:
             for rule, n in f.rules_used.items():
@@ -195,3 +201,23 @@ def _section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -
         return []
     lines = ["", f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+class ReportError(ValueError):
+    """A file that is not a migrate report tern can read."""
+
+
+def read_report(path: Path) -> dict:
+    """A migrate report (``<out>.tern-report.json``) as written by ``RunReport.to_json``;
+    ReportError, one line naming the file, for anything else (unreadable, not JSON, not an
+    object, no source)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ReportError(f"{path}: not a readable tern migrate report ({exc})") from None
+    if not isinstance(data, dict):
+        kind = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(data), "null")
+        raise ReportError(f"{path}: not a tern migrate report (a JSON {kind}, not an object)")
+    if not isinstance(data.get("source"), str) or not isinstance(data.get("files", []), list):
+        raise ReportError(f"{path}: not a tern migrate report (no \"source\" path)")
+    return data

@@ -50,6 +50,7 @@ import keras
 import jax
 
 from compile_strings import TABLE, records, render
+from tern.support_module import objects
 from tern.translate import translate_source
 
 RTOL = 1e-5
@@ -171,7 +172,7 @@ def example(x, y, directory):
 def programs():
     result = translate_source(SOURCE)
     assert not result.todos, f"the translation left TODOs:\n{result.code}"
-    jax_ns: dict = {}
+    jax_ns: dict = objects()  # every support definition, not only those the code imports
     exec(compile(result.code, "<translation>", "exec"), jax_ns)  # noqa: S102 - tern's own output
     tf_ns: dict = {}
     exec(compile(SOURCE, "<keras>", "exec"), tf_ns)  # noqa: S102
@@ -469,7 +470,7 @@ def test_regularization_losses_are_added_as_keras_adds_model_losses():
     trainer adds them: the same History and weights, and an evaluate loss above the MSE."""
     result = translate_source(REGULARIZED)
     assert not result.todos, f"the translation left TODOs:\n{result.code}"
-    jax_ns: dict = {}
+    jax_ns: dict = objects()  # every support definition, not only those the code imports
     exec(compile(result.code, "<translation>", "exec"), jax_ns)  # noqa: S102
     tf_ns: dict = {}
     exec(compile(REGULARIZED, "<keras>", "exec"), tf_ns)  # noqa: S102
@@ -785,7 +786,7 @@ def test_train_step_and_test_step_overrides_match_keras():
     within tolerance; the sampling still runs, on the trainer's noise key."""
     result = translate_source(OVERRIDES)
     assert not result.todos, f"the translation left TODOs:\n{result.code}"
-    jax_ns: dict = {}
+    jax_ns: dict = objects()  # every support definition, not only those the code imports
     exec(compile(result.code, "<translation>", "exec"), jax_ns)  # noqa: S102
     tf_ns: dict = {}
     exec(compile(OVERRIDES, "<keras>", "exec"), tf_ns)  # noqa: S102

@@ -17,7 +17,6 @@ import importlib
 import inspect
 import os
 import re
-import sys
 import tomllib
 import types
 from pathlib import Path
@@ -110,14 +109,10 @@ def _as_python(template: str) -> str:
 
 
 def _support_classes() -> dict[str, type]:
-    """``rules/support/NAME.py`` executed as written (with its own imports): NAME -> class."""
-    out = {}
-    for path in sorted((RULES / "support").glob("*.py")):
-        module = types.ModuleType(f"tern_support_{path.stem}")  # flax dataclasses need a real module
-        sys.modules[module.__name__] = module
-        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)  # noqa: S102
-        out[path.stem] = getattr(module, path.stem, None)
-    return out
+    """tern's support package (``rules/support``, installed as ``tern_rules.support``): NAME -> class."""
+    from tern.support_module import objects
+
+    return objects()
 
 
 SUPPORT = _support_classes()
@@ -269,23 +264,20 @@ def test_flax_names_and_keywords_exist(raw):
 
 
 @pytest.mark.parametrize("name", sorted(SUPPORT))
-def test_support_file_defines_its_name(name):
-    """``{support:NAME}`` inserts rules/support/NAME.py and writes NAME: the file must
-    define a class or function of that name, and every support file must be used by some
-    template or by another support file (which the translation then inserts with it)."""
-    assert isinstance(SUPPORT[name], (type, types.FunctionType)), (
-        f"rules/support/{name}.py does not define a class or function {name}"
-    )
+def test_every_support_definition_is_used(name):
+    """A support definition is a class or function (or state the registry helpers share),
+    and something needs it: a template (``{support:NAME}``), another support definition, or a
+    programmatic rule or the engine writing its name into translated code."""
+    from tern.support_module import definitions
+
+    table = definitions()
+    if not name.isupper():
+        assert isinstance(SUPPORT[name], (type, types.FunctionType)), f"{name} is not a class or function"
     used = any("{support:" + name + "}" in p.read_text(encoding="utf-8") for p in RULES.rglob("*.toml"))
-    used = used or any(  # named in another support file's code (``KerasTrainable.of(...)`` too), not its prose
-        name in {n.id for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))) if isinstance(n, ast.Name)}
-        for p in (RULES / "support").glob("*.py") if p.stem != name
-    )
+    used = used or any(name in d.uses for d in table.values())
     code = [*(RULES / "structure").glob("*.py"), *(RULES / "testing").glob("*.py"), *(RULES.parent / "tern").glob("*.py")]
-    used = used or any(  # inserted by a programmatic rule or the engine
-        re.search(rf"\{{support:{name}\}}|[\"']{name}[\"']", p.read_text(encoding="utf-8")) for p in code
-    )
-    assert used, f"rules/support/{name}.py is used by no table and no other support file"
+    used = used or any(re.search(rf"\b{name}\b", p.read_text(encoding="utf-8")) for p in code)
+    assert used, f"{name} (rules/support/{table[name].file}.py) is used by no table, rule or other support definition"
 
 
 @pytest.mark.parametrize("raw", RAW, ids=RAW_IDS)

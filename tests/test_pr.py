@@ -129,10 +129,10 @@ def test_opens_a_pull_request_for_a_package(world):
     assert git(world.bare, "rev-parse", f"{head}^") == git(world.bare, "rev-parse", "main")
     tree = git(world.bare, "ls-tree", "-r", "--name-only", head).split()
     out = "models/custom_dense_jax/custom_dense"
-    assert {f"{out}/__init__.py", f"{out}/layers.py", f"{out}/layers_test.py",
+    assert {f"{out}/__init__.py", f"{out}/layers.py", f"{out}/layers_test.py", f"{out}/_keras_compat.py",
             f"{out}.tern-report.json", f"{out}.tern-report.md"} <= set(tree)
     assert not [p for p in tree if p.startswith(".tern") or "/.tern" in p or "__pycache__" in p]
-    assert len(tree) == 3 + 5  # the TF sources, the translation and its two reports: nothing else
+    assert len(tree) == 3 + 6  # the TF sources, the translation with its support module and its two reports: nothing else
     layers = git(world.bare, "show", f"{head}:{out}/layers.py")
     assert "flax" in layers and "tensorflow" not in layers
     report = json.loads(git(world.bare, "show", f"{head}:{out}.tern-report.json"))
@@ -379,7 +379,7 @@ def test_dry_run_pushes_nothing_and_calls_no_api(world):
     out = result.stdout
     assert f"branch: {BRANCH}" in out and "push: fast-forward" in out
     assert "Tern-Package: models/custom_dense" in out and "tern: migrate models/custom_dense to JAX/Flax" in out
-    assert "models/custom_dense_jax/custom_dense/layers.py" in out and "5 files changed" in out
+    assert "models/custom_dense_jax/custom_dense/layers.py" in out and "6 files changed" in out
     assert "## Reproduce locally" in out and "[draft]" in out
     assert world.fake.requests == [] and world.remote_sha() is None and world.local_sha() is None
     assert not (world.work / "models" / "custom_dense_jax").exists()

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 import pytest
 
+from tern.support_module import objects
 from tern.translate import translate_source
 
 CASES = Path(__file__).resolve().parents[1] / "rules" / "structure" / "cases" / "train_checkpoints.toml"
@@ -33,6 +34,7 @@ def translated():
     assert "tensorflow" not in code and "TODO(tern)" not in code
     module = types.ModuleType("translated_checkpoints")  # flax's dataclasses look their module up
     sys.modules[module.__name__] = module
+    module.__dict__.update(objects())  # every support definition, not only those the code imports
     exec(compile(code, "translated_checkpoints.py", "exec"), module.__dict__)
     yield module.__dict__
     del sys.modules[module.__name__]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tern.support_module import objects
 from tern.train_steps import analyse
 from tern.translate import translate_source
 from tern.verify.graft import flatten, graft
@@ -196,7 +197,7 @@ def test_frozen_layers_match_keras_over_three_adamw_steps():
     result = translate_source(source)
     assert not result.todos, result.code
     assert "for layer in KerasLayer.all(model):" in result.code and 'name="head"' in result.code
-    translated: dict = {}
+    translated: dict = objects()  # every support definition, not only those the code imports
     exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
     rng = np.random.default_rng(2)
     batches = [(rng.standard_normal((8, 3)).astype("float32"), rng.integers(0, 2, 8).astype("int32")) for _ in range(3)]

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tern.support_module import objects
 from tern.translate import translate_source
 
 HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
@@ -36,6 +37,6 @@ def original_and_translated(source: str) -> tuple[dict, dict, str]:
     exec(compile(source, "<original>", "exec"), original)  # noqa: S102 - test source written in this repo
     result = translate_source(source)
     assert not result.todos, result.code
-    translated: dict = {}
+    translated: dict = objects()  # every support definition, not only those the code imports
     exec(compile(result.code, "<translation>", "exec"), translated)  # noqa: S102
     return original, translated, result.code

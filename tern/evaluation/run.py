@@ -2,7 +2,7 @@
 
 Cases whose result is in the cache (``.tern/cache.sqlite``, kind ``eval-case``) are not
 run at all; when every case hits, neither a migration nor the sandbox starts. The rest
-are migrated (in a thread, or ``jobs`` processes) while the sandbox starts, then verified
+are migrated (in ``jobs`` worker processes, at least one) while the sandbox starts, then verified
 concurrently through one runner, as ``tern verify`` does, each job behind its own cache
 entry. A case's key is a hash of its sources (and its original's), tern's code and rules,
 the library versions and the options that change a result (verification config, LLM).
@@ -104,7 +104,7 @@ def case_out(case: Case, run_dir: Path) -> Path:
     return run_dir / "translations" / case.suite / case.name / case.path.name
 
 
-# -- migrate (in a thread or a worker process: plain values in, plain values out) -------------
+# -- migrate (in a worker process: plain values in, plain values out) -------------
 
 
 def facts_from_report(report: dict, out: Path, package: str, seconds: float) -> Translation:
@@ -258,16 +258,25 @@ def _run_pending(pending: list[Case], configs: dict, keyed: dict, options: Optio
             progress.update(case.id, "migrating (rules, then the LLM)")
         prepared = migrate_with_agent(migrating, options)
         migrating = []
-    pool = ProcessPoolExecutor(max_workers=options.jobs) if options.jobs > 1 and len(migrating) > 1 else None
-    futures: dict[str, Future] = {}
-    if pool is not None:  # submitted before any thread starts: the pool forks its workers now
-        for case in migrating:
-            futures[case.id] = pool.submit(migrate_rules, str(case.path), str(case_out(case, options.run_dir)))
+    pool, futures = start_migrations(migrating, options)
     try:
         anyio.run(_verify_all, pending, configs, keyed, options, cache, state, results, info, progress, futures, prepared)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+
+
+def start_migrations(cases: list[Case], options: Options) -> tuple[ProcessPoolExecutor | None, dict[str, Future]]:
+    """The rules' migration of each case, started in worker processes (``options.jobs`` of them).
+
+    Processes, never a thread beside the event loop: CPython 3.11's ``ast`` is not
+    thread-safe ("AST constructor recursion depth mismatch"), and verification parses too.
+    Called before any thread starts, so the pool forks its workers from a single thread."""
+    if not cases:
+        return None, {}
+    pool = ProcessPoolExecutor(max_workers=max(1, min(options.jobs, len(cases))))
+    futures = {case.id: pool.submit(migrate_rules, str(case.path), str(case_out(case, options.run_dir))) for case in cases}
+    return pool, futures
 
 
 async def _verify_all(pending, configs, keyed, options: Options, cache, state, results, info, progress, futures,
@@ -277,7 +286,6 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
 
     ready, finished = anyio.Event(), anyio.Event()
     box: dict[str, Any] = {}
-    one_migration = anyio.CapacityLimiter(1)
 
     async def hold_runner() -> None:
         try:
@@ -300,10 +308,7 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
             return translation_facts(case)
         if case.id in prepared:
             return prepared[case.id]
-        if case.id in futures:
-            return await anyio.to_thread.run_sync(futures[case.id].result)
-        async with one_migration:
-            return await anyio.to_thread.run_sync(migrate_rules, str(case.path), str(case_out(case, options.run_dir)))
+        return await anyio.to_thread.run_sync(futures[case.id].result)  # waits; the work is in a process
 
     async def one(case: Case) -> None:
         started = time.perf_counter()

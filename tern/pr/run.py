@@ -298,7 +298,9 @@ class Bot:
         except (OSError, ValueError) as exc:
             raise UnitError(f"migrating {package.rel}: {exc}") from None
         report = dataclasses.replace(report, source=package.rel, out=package.out_rel)
-        files = {f"{package.out_rel}/{f.path}": out / f.path for f in report.files}
+        written = [f.path for f in report.files] + ([report.support_module] if report.support_module else [])
+        # files the run did not write (unreadable, skipped, links refused) are in the report, not on the branch
+        files = {f"{package.out_rel}/{rel}": out / rel for rel in written if (out / rel).is_file()}
         for suffix, text in zip(REPORT_SUFFIXES, (report.to_json(), report.to_markdown())):
             path = scratch / (package.out_rel + suffix)
             write_atomic(path, text.encode())

@@ -321,4 +321,6 @@ def describe(status: dict[str, Any]) -> str:
         f"idle timeout: {status['idle_timeout']:g}s",
         f"writable roots: {', '.join(status.get('writable_roots', [])) or 'none'}",
     ]
+    if sandbox.get("isolation_warning"):
+        lines.append(f"warning: {sandbox['isolation_warning']}")
     return "\n".join(lines) + "\n"

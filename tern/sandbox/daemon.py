@@ -62,9 +62,9 @@ def _runtime_dir() -> Path:
     return candidate if len(os.fsencode(candidate)) + len("/0123456789abcdef.sock") <= _SUN_PATH_MAX else fallback
 
 
-def paths_for(project: Path) -> DaemonPaths:
-    """The files of ``project``'s daemon, creating the private runtime directory (0700)."""
-    project = find_project(project)
+def private_dir() -> Path:
+    """The per-user runtime directory of sockets and pid files, created private (0700).
+    The sandbox keeps it read-only for jobs."""
     folder = _runtime_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = folder.lstat()
@@ -72,6 +72,13 @@ def paths_for(project: Path) -> DaemonPaths:
         raise PermissionError(f"{folder} is not a directory owned by this user")
     if info.st_mode & 0o077:
         os.chmod(folder, 0o700)
+    return folder
+
+
+def paths_for(project: Path) -> DaemonPaths:
+    """The files of ``project``'s daemon, creating the private runtime directory (0700)."""
+    project = find_project(project)
+    folder = private_dir()
     name = hashlib.sha256(os.fsencode(project)).hexdigest()[:16]
     return DaemonPaths(
         project=project,

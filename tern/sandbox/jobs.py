@@ -8,6 +8,11 @@ Payloads and results are JSON values only (no pickle: a worker runs untrusted co
 must not be able to run code in the tern process through its answer). Arrays travel
 as ``.npz`` files in ``writable`` directories, loaded with ``allow_pickle=False``.
 
+Files a job makes for later jobs (recordings) are not written into tern's state by the
+job: it writes them under ``scratch / OUTPUT``, and when it ends "ok" the pool renames
+that directory to ``Job.output`` (checked: directories and regular files only). Later jobs
+read it there, read-only.
+
 Outcomes are values, not exceptions: every job ends as a ``JobResult`` whose ``cause``
 says how it ended.
 """
@@ -24,6 +29,8 @@ Kind = Literal["tf", "tf_keras", "jax", "jax_tfdata"]  # tf_keras: TensorFlow wi
 # ``error``); the rest are ends the pool imposed, after which the worker is replaced.
 Cause = Literal["ok", "error", "timeout", "cpu", "memory", "crash", "cancelled"]
 
+OUTPUT = "output"  # under a job's scratch directory: what the pool moves to ``Job.output``
+
 
 @dataclass(frozen=True)
 class Job:
@@ -35,6 +42,7 @@ class Job:
     timeout: float = 120.0  # wall seconds
     cpu_seconds: float = 120.0  # CPU time (all threads)
     memory_mb: int = 4096  # resident set size of the worker while the job runs
+    output: str = ""  # absolute path the pool renames the job's ``scratch / OUTPUT`` to, if the job ends "ok"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

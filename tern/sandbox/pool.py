@@ -7,12 +7,20 @@ tree) on its wall-time, memory or CPU limit or on a fork bomb; the worker's own 
 usually ends a CPU spin first. A worker that ended badly is replaced in the background,
 and one that has served ``recycle_after`` jobs is retired, so leaks inside it stay bounded.
 Every path ends in a ``JobResult``; exceptions are left for bugs.
+
+Tern's state is never the job's to write: the state directory (the cache, recordings,
+links, every worker's scratch) and the daemon's runtime directory are mounted read-only
+into every worker, even under a writable root, and the pool itself publishes what a job
+made for later jobs (``Job.output``), after the job, by rename.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import os
+import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -23,13 +31,18 @@ import anyio
 import anyio.abc
 
 from tern.sandbox import isolation, procfs
+from tern.sandbox.daemon import private_dir
 from tern.sandbox.handle import StartFailed, WorkerHandle
-from tern.sandbox.jobs import Job, JobResult
+from tern.sandbox.jobs import OUTPUT, Job, JobResult
+from tern.sandbox.worker import JOB_OUTPUT, remove_path
 
 # tf_keras: TensorFlow with legacy Keras 2 as tf.keras; jax_tfdata: JAX plus TensorFlow for
 # tf.data input pipelines (Keras unimportable), for translations that keep tf.data
 KINDS = ("tf", "tf_keras", "jax", "jax_tfdata")
 _TERN_ROOT = str(Path(__file__).resolve().parents[2])  # the worker runs this same tern
+# Under the state directory, the only place a writable root reaches: ``tern weights`` stages
+# a port in weights/<id>/ (verify/weights_cmd.py, which asks for the whole state directory).
+SHARED_OUTPUTS = ("weights",)
 
 
 @dataclass
@@ -57,6 +70,9 @@ class Sandbox:
 
     ``writable_roots`` are bound writable into every worker when it starts (bubblewrap
     cannot add mounts later), so a job's ``writable`` directories must lie under one of them.
+    Tern's own state stays read-only inside them: a root that holds ``state_dir`` (or is it)
+    reaches only its ``SHARED_OUTPUTS`` there; a root inside the state directory or the
+    daemon's runtime directory is ignored unless it lies in a shared output.
     """
 
     def __init__(self, state_dir: Path, *, workers: int | None = None, keras: str = "keras3",
@@ -66,6 +82,8 @@ class Sandbox:
         self.keras = keras
         self.recycle_after = recycle_after
         self.writable_roots = tuple(Path(p).resolve() for p in writable_roots)
+        self.protected = (self.state_dir, Path(private_dir()).resolve())
+        self.job_roots = self._job_roots()
         self.level = ""
         self._requested = isolation
         self._kinds: dict[str, _Kind] = {}
@@ -75,7 +93,7 @@ class Sandbox:
 
     async def __aenter__(self) -> "Sandbox":
         self.level = await anyio.to_thread.run_sync(isolation.detect, self._requested)
-        for path in (self._scratch, self._jax_cache, *self.writable_roots):
+        for path in (self._scratch, self._jax_cache, *self.job_roots):
             path.mkdir(parents=True, exist_ok=True)
         procfs.kill_orphans(f"{self._scratch}{os.sep}")  # left by a tern killed mid start-up
         self._tg = anyio.create_task_group()
@@ -126,6 +144,7 @@ class Sandbox:
             worker.ran.add((job.task, job.sys_path))
             try:
                 result = await worker.run(job)
+                result = await self._collect(worker, job, result)
             finally:
                 kind.busy.discard(worker)
                 self._give_back(job.kind, kind, worker)
@@ -151,18 +170,53 @@ class Sandbox:
                 "ends": dict(kind.ends), "start_seconds": [round(s, 2) for s in kind.start_seconds[-10:]],
                 "last_start_error": kind.last_start_error,
             }
-        return {"isolation": self.level, "workers_per_kind": self.size, "kinds": kinds}
+        return {"isolation": self.level, "isolation_warning": isolation.warning(self.level),
+                "workers_per_kind": self.size, "kinds": kinds}
+
+    def _job_roots(self) -> tuple[Path, ...]:
+        """The directories bound writable for jobs: ``writable_roots`` with tern's state carved out."""
+        shared = [self.state_dir / name for name in SHARED_OUTPUTS]
+        roots: list[Path] = []
+        for root in self.writable_roots:
+            if _under(self.state_dir, root):
+                roots += ([] if root == self.state_dir else [root]) + shared
+            elif any(_under(root, protected) for protected in self.protected):
+                roots += [root] if any(_under(root, s) for s in shared) else []
+            else:
+                roots.append(root)
+        return tuple(dict.fromkeys(roots))
+
+    def _may_write(self, path: Path) -> bool:
+        """What the mounts say: the deepest of the job roots and protected directories holding ``path`` decides."""
+        holders = [(len(r.parts), True) for r in self.job_roots if _under(path, r)]
+        holders += [(len(p.parts), False) for p in self.protected if _under(path, p)]
+        return bool(holders) and max(holders, key=lambda h: (h[0], not h[1]))[1]
 
     def _invalid(self, job: Job) -> str:
         if job.kind not in KINDS:
             return f"unknown worker kind {job.kind!r}; expected one of {KINDS}"
         for directory in job.writable:
-            real = Path(os.path.realpath(directory))
-            if not any(real == root or root in real.parents for root in self.writable_roots):
-                roots = ", ".join(map(str, self.writable_roots)) or "none configured"
+            if not self._may_write(Path(os.path.realpath(directory))):
+                roots = ", ".join(map(str, self.job_roots)) or "none configured"
                 return (f"writable directory {directory} is not under the sandbox's writable roots ({roots}); "
-                        "pass its parent in Sandbox(writable_roots=...)")
+                        "pass its parent in Sandbox(writable_roots=...) (tern's own state is never writable)")
+        if job.output and not os.path.isabs(job.output):
+            return f"output {job.output!r} must be an absolute path"
         return ""
+
+    async def _collect(self, worker: WorkerHandle, job: Job, result: JobResult) -> JobResult:
+        """Publish the job's ``OUTPUT`` directory at ``job.output`` if it ended "ok"; discard it otherwise."""
+        handed = worker.root / JOB_OUTPUT
+        if not (job.output and result.ok):
+            await anyio.to_thread.run_sync(remove_path, handed)
+            return result
+        try:
+            await anyio.to_thread.run_sync(publish, handed, Path(job.output))
+        except (OSError, ValueError) as error:
+            await anyio.to_thread.run_sync(remove_path, handed)
+            return JobResult("error", error=f"the job's {OUTPUT} directory was not published: {error}",
+                             output=result.output, seconds=result.seconds, worker=result.worker)
+        return result
 
     def _kind(self, name: str) -> _Kind:
         if name not in self._kinds:
@@ -222,9 +276,12 @@ class Sandbox:
             raise StartFailed("the sandbox is closed")
         root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
         worker_kind, keras = ("tf", "tf_keras") if name == "tf_keras" else (name, self.keras)
-        argv = [*isolation.launcher(self.level, [root, self._jax_cache, *self.writable_roots]),
+        argv = [*isolation.launcher(self.level, writable=[root, self._jax_cache, *self.job_roots],
+                                    readonly=self.protected),
                 sys.executable, "-m", "tern.sandbox.worker", "--kind", worker_kind, "--scratch-root", str(root),
                 "--keras", keras, "--jax-cache", str(self._jax_cache)]
+        if isolation.pid_namespace(self.level):
+            argv.append("--pid-namespace")
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [_TERN_ROOT, os.environ.get("PYTHONPATH")])))
         env.pop("TF_USE_LEGACY_KERAS", None)  # the worker sets it from --keras
@@ -238,3 +295,30 @@ class Sandbox:
             kind.starting -= 1
         kind.start_seconds.append(worker.start_seconds)
         return worker
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def publish(source: Path, target: Path) -> None:
+    """Rename a job's output directory to ``target``, once it holds only directories and
+    regular files of its own (no links out, no hard links to files elsewhere, no FIFOs)."""
+    if not os.path.lexists(source):
+        return  # the job made none
+    if source.is_symlink() or not source.is_dir():
+        raise ValueError(f"{OUTPUT} is not a directory")
+    for folder, dirs, files in os.walk(source):
+        for name in dirs + files:
+            info = os.lstat(os.path.join(folder, name))
+            if not (stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink == 1)):
+                raise ValueError(f"{os.path.join(folder, name)} is not a plain file or directory")
+    try:
+        os.rename(source, target)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        staging = target.with_name(f".{target.name}.{os.getpid()}")
+        shutil.copytree(source, staging)
+        os.rename(staging, target)
+        shutil.rmtree(source, ignore_errors=True)

@@ -48,6 +48,11 @@ def descendants(root: int, table: dict[int, int] | None = None) -> list[int]:
     return found
 
 
+def live_descendants(root: int) -> list[int]:
+    """``descendants`` without the zombies (killed, waiting to be reaped)."""
+    return [pid for pid in descendants(root) if (fields := _stat(pid)) is not None and fields[0] != b"Z"]
+
+
 def chain(root: int) -> list[int]:
     """``root`` and its line of only children down to the leaf: launcher(s), then the worker."""
     table, line = parents(), [root]
@@ -90,6 +95,15 @@ def kill_tree(root: int, spare: list[int] | tuple[int, ...] = ()) -> None:
         _signal(target, signal.SIGKILL)
     for pid in spare:
         _signal(pid, signal.SIGCONT)
+
+
+def kill_descendants(root: int) -> None:
+    """SIGKILL every process below ``root``, sparing ``root`` itself (a worker or init ending
+    what a job left). Stopped first, as in ``kill_tree``."""
+    for pid in descendants(root):
+        _signal(pid, signal.SIGSTOP)
+    for pid in descendants(root):
+        _signal(pid, signal.SIGKILL)
 
 
 def kill_orphans(marker: str) -> int:

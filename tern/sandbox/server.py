@@ -33,7 +33,7 @@ STOP_GRACE = 10.0  # how long cancelled jobs get to report before their connecti
 
 _JOB_TYPES: dict[str, type | tuple[type, ...]] = {
     "kind": str, "task": str, "payload": dict, "sys_path": list, "writable": list,
-    "timeout": (int, float), "cpu_seconds": (int, float), "memory_mb": int,
+    "timeout": (int, float), "cpu_seconds": (int, float), "memory_mb": int, "output": str,
 }
 
 
@@ -267,6 +267,8 @@ async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, 
         paths.state.mkdir(parents=True, exist_ok=True)
         roots = tuple(Path(p).resolve() for p in writable_roots)
         async with Sandbox(paths.state, workers=workers, writable_roots=roots) as sandbox:
+            if warning := sandbox.status()["isolation_warning"]:
+                _log(f"warning: {warning}")
             await Server(sandbox, address, version_key(), idle, roots).run()
         _log("stopped")
         return 0

@@ -12,6 +12,11 @@ frames to our stdin; we answer on our original stdout with one ``{"ready": ...}`
 after the imports and one ``JobResult`` frame per job. Both pipes are moved to private
 fds at start-up and fds 0/1/2 are pointed elsewhere, so nothing a job or a library prints
 can corrupt the protocol; what a job prints is captured to a file and its tail returned.
+
+After each job, before answering, the worker kills every process the job started past the
+audit hook: it is a child subreaper, so even a ``setsid`` grandchild whose parent exited
+is still its descendant. Files a job makes for later jobs go to ``scratch/output``
+(``jobs.OUTPUT``), which the worker moves to ``<root>/output`` for the pool to publish.
 """
 
 from __future__ import annotations
@@ -32,12 +37,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tern.sandbox import procfs
+from tern.sandbox.confine import end_descendants, reap_children
 from tern.sandbox.isolation import Guard
-from tern.sandbox.jobs import Job, JobResult
+from tern.sandbox.jobs import OUTPUT, Job, JobResult
 
 TASK_PREFIXES = ("tern.",)  # only tern's own task functions; they decide what the untrusted code may do
 OUTPUT_TAIL = 8192  # bytes of printed output returned with a result
 OUTPUT_FILE = "output.txt"  # under the scratch root; the pool reads it when it ends a job itself
+JOB_OUTPUT = "output"  # under the scratch root: the last job's ``OUTPUT`` directory, for the pool
+_PR_SET_CHILD_SUBREAPER = 36
 BLOCKED_IN_JAX = ("tensorflow", "keras", "tf_keras")
 # jax_tfdata: a translation that keeps tf.data input pipelines (rules/allowed/) needs
 # TensorFlow, never Keras. TF 2.21's `import tensorflow` tries `keras.src.optimizers`
@@ -117,6 +126,15 @@ def _restore_signals(handlers: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
+def _become_subreaper() -> None:
+    """Orphans of a job's processes come to us, not to init: we can still find and kill them."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
 def _no_core_dumps() -> None:
     """A segfaulting job must not leave a core file the size of TensorFlow in its scratch."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -131,8 +149,12 @@ def _no_core_dumps() -> None:
 class Worker:
     """Runs jobs one at a time, each in a fresh scratch directory, and cleans up after it."""
 
-    def __init__(self, kind: str, root: Path, guard: Guard, tmp: Path):
+    def __init__(self, kind: str, root: Path, guard: Guard, tmp: Path, pid_namespace: bool = False):
         self.kind, self.root, self.guard, self.tmp = kind, root, guard, tmp
+        # PID 2 under an init of our own (bwrap's, confine.py's): every other process in the
+        # namespace is the job's, and one kill(-1) ends them all. Never assumed: kill(-1)
+        # outside a namespace would signal everything this user may signal.
+        self.pid_namespace = pid_namespace and os.getpid() == 2 and os.getppid() == 1
         self.jobs = 0
         # Packages loaded at start-up are never purged, nor their submodules imported later:
         # a second copy of a TensorFlow or JAX internal module breaks the first.
@@ -235,12 +257,33 @@ class Worker:
                 del sys.modules[name]
         importlib.invalidate_caches()  # directory listings cached by mtime could hide a new file
 
+    def _end_strays(self) -> None:
+        """Kill and reap every process the job left running (it got past the audit hook)."""
+        if self.pid_namespace:
+            try:
+                os.kill(-1, signal.SIGKILL)  # all of the namespace but its init and us, atomically
+            except ProcessLookupError:
+                pass  # nothing else runs
+            deadline = time.monotonic() + 5.0
+            while procfs.live_descendants(int(os.readlink("/proc/self"))) and time.monotonic() < deadline:
+                reap_children()
+                time.sleep(0.005)
+            reap_children()
+        else:
+            end_descendants(int(os.readlink("/proc/self")))  # this /proc's view of us; os.getpid() may differ
+
     def _cleanup(self, scratch: Path) -> str:
-        """Remove the job's scratch and TMPDIR contents; return the tail of what it printed."""
+        """End the job's processes, hand over its output, remove its scratch and TMPDIR
+        contents; return the tail of what it printed."""
         with self.guard.trusted():
+            self._end_strays()
             with open(self.root / OUTPUT_FILE, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - OUTPUT_TAIL))
                 output = f.read().decode("utf-8", "replace")
+            handed, produced = self.root / JOB_OUTPUT, scratch / OUTPUT
+            remove_path(handed)  # a job may have put something there itself
+            if os.path.lexists(produced):  # whatever it is: the pool checks it before publishing
+                os.rename(produced, handed)
             shutil.rmtree(scratch, ignore_errors=True)
             for entry in os.scandir(self.tmp):
                 if entry.is_dir(follow_symlinks=False):
@@ -250,12 +293,21 @@ class Worker:
         return output
 
 
+def remove_path(path: Path) -> None:
+    """Remove a file, link or directory tree at ``path``, if any."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tern.sandbox.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("tf", "jax", "jax_tfdata"), required=True)
     parser.add_argument("--scratch-root", type=Path, required=True)
     parser.add_argument("--keras", choices=("keras3", "tf_keras"), default="keras3")
     parser.add_argument("--jax-cache", default="")
+    parser.add_argument("--pid-namespace", action="store_true", help="the launcher gave us a PID namespace")
     args = parser.parse_args(argv)
     proto_in, proto_out = _claim_protocol_fds()
     sys.dont_write_bytecode = True
@@ -269,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tempfile.tempdir = None  # re-read TMPDIR
     _no_core_dumps()
+    _become_subreaper()
     _import_kind(args.kind, args.keras, args.jax_cache)
     # No bytecode cache for job code: a .pyc is trusted by source mtime (whole seconds) and
     # size, so a translation edited twice within a second could run stale code.
@@ -276,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(root)
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != str(root)]  # `-m` put our cwd there
     guard = Guard([tmp, *([args.jax_cache] if args.jax_cache else [])])
-    worker = Worker(args.kind, root, guard, tmp)
+    worker = Worker(args.kind, root, guard, tmp, args.pid_namespace)
     guard.install()  # last: the worker's own set-up is trusted
     write_frame(proto_out, {"ready": True, "pid": os.getpid(), "kind": args.kind})
     while (frame := read_frame(proto_in)) is not None:

@@ -2,8 +2,10 @@
 
 A key is the SHA-256 of everything a result depends on (see ``keys.py``), so a hit is
 always valid and nothing needs invalidating: an edit changes the key. Values are JSON.
-Writes are transactions (WAL mode), safe for several tern processes at once; a
-corrupt or foreign database file is set aside, not trusted.
+Writes are transactions (WAL mode), safe for several tern processes at once. A damaged
+or foreign database file (SQLite reports it corrupt, or not a database, when it is opened or
+at any later query) is set aside under a name that says so, with a message naming it, and
+the run goes on with an empty store: a cache is never a reason to fail.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -35,20 +40,58 @@ class Cache:
         self.misses = 0
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "cache.sqlite"
+        #: what was wrong with the store and what was done about it (also written to stderr)
+        self.notices: list[str] = []
         self.db = self._open()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(SCHEMA)
+        return db
 
     def _open(self) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(SCHEMA)
+            db = self._connect()
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]  # pages damaged behind an intact header
+            if verdict != "ok":
+                db.close()
+                raise sqlite3.DatabaseError(f"integrity check: {verdict.splitlines()[-1].strip()[:120]}")
             return db
-        except sqlite3.DatabaseError:
-            self.path.replace(self.path.with_suffix(f".corrupt-{int(time.time())}"))
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(SCHEMA)
-            return db
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            return self._set_aside(exc)
+
+    def _set_aside(self, exc: sqlite3.DatabaseError) -> sqlite3.Connection:
+        """Keep the damaged file (and its WAL) under a new name, say so, start an empty store."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = aside.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+        for suffix in ("-wal", "-shm", ""):
+            part = self.path.with_name(self.path.name + suffix)
+            if part.exists():
+                part.replace(aside.with_name(aside.name + suffix))
+        message = f"the cache {self.path} is damaged ({exc}): kept as {aside.name}, continuing with an empty cache"
+        self.notices.append(message)
+        sys.stderr.write(f"warning: {message}\n")
+        return self._connect()
+
+    def _query(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """``run(db)``; on damage found mid-run, once more on a fresh store."""
+        try:
+            return run(self.db)
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+            self.db = self._set_aside(exc)
+            return run(self.db)
 
     @property
     def recordings(self) -> Path:
@@ -58,7 +101,7 @@ class Cache:
         if not self.enabled or kind in self.skip_kinds:
             self.misses += 1
             return None
-        row = self.db.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone()
+        row = self._query(lambda db: db.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone())
         if row is None:
             self.misses += 1
             return None
@@ -66,22 +109,35 @@ class Cache:
         return json.loads(row[0])
 
     def put(self, key: str, kind: str, value: dict[str, Any]) -> None:
-        self.db.execute("INSERT OR REPLACE INTO results (key, kind, value, created) VALUES (?, ?, ?, ?)",
-                        (key, kind, json.dumps(value), time.time()))
+        row = (key, kind, json.dumps(value), time.time())
+        self._query(lambda db: db.execute("INSERT OR REPLACE INTO results (key, kind, value, created) VALUES (?, ?, ?, ?)", row))
 
     def values(self, kind: str) -> list[dict[str, Any]]:
         """Every stored value of one kind, oldest first (e.g. the agent's accepted units)."""
-        rows = self.db.execute("SELECT value FROM results WHERE kind = ? ORDER BY created", (kind,)).fetchall()
+        rows = self._query(lambda db: db.execute("SELECT value FROM results WHERE kind = ? ORDER BY created", (kind,)).fetchall())
         return [json.loads(row[0]) for row in rows]
 
     def clear(self) -> int:
-        """Remove every result and recording; returns how many results there were."""
-        count = self.db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        self.db.execute("DELETE FROM results")
-        self.db.execute("VACUUM")
+        """Remove every result and recording; returns how many results there were (0 when the
+        store was damaged: it is set aside, which empties it too)."""
+        def empty(db: sqlite3.Connection) -> int:
+            count = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            db.execute("DELETE FROM results")
+            db.execute("VACUUM")
+            return count
+
+        notices = len(self.notices)
+        count = self._query(empty)
+        if len(self.notices) > notices:
+            count = 0
         shutil.rmtree(self.recordings, ignore_errors=True)
         shutil.rmtree(self.state_dir / "jax-cache", ignore_errors=True)
         return int(count)
 
     def close(self) -> None:
         self.db.close()
+
+
+def _damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Corrupt or not a database at all; a locked or busy store is not damaged (it is waited for)."""
+    return getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or type(exc) is sqlite3.DatabaseError

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from tern.sandbox.isolation import warning as isolation_warning
 from tern.verify.report import PackageReport, problem_lines, to_json
 from tern.verify.step_report import session_lines
 
@@ -31,10 +31,12 @@ def _report_source(translated: Path) -> Path | None:
     report = translated.with_name(translated.name + ".tern-report.json")
     if not report.is_file():
         return None
+    from tern.report import ReportError, read_report
+
     try:
-        return Path(json.loads(report.read_text())["source"])
-    except (ValueError, KeyError) as exc:
-        raise TargetError(f"{report}: not a tern migrate report ({exc})") from exc
+        return Path(read_report(report)["source"])
+    except ReportError as exc:
+        raise TargetError(str(exc)) from None
 
 
 def find_targets(path: Path, original: Path | None) -> list[Target]:
@@ -95,7 +97,8 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
     state = find_project(project) / ".tern"
     cache = Cache(state, enabled=use_cache)
     reports: list[PackageReport | None] = [None] * len(targets)
-    async with open_runner(project, daemon=daemon, workers=workers, writable_roots=(state,)) as runner:
+    # no writable roots: verification jobs write only their scratch (recordings are moved by the sandbox)
+    async with open_runner(project, daemon=daemon, workers=workers) as runner:
         async with anyio.create_task_group() as group:
             for index, target in enumerate(targets):
                 async def one(index=index, target=target) -> None:
@@ -106,8 +109,9 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
                         progress(f"{target.original.name}: {reports[index].status}")
                 group.start_soon(one)
         status = await runner.status()
+    level = (status.get("sandbox") or status).get("isolation", "?") if isinstance(status, dict) else "?"
     info = {"daemon": bool(getattr(runner, "warm_daemon", False)), "cache_hits": cache.hits, "cache_misses": cache.misses,
-            "isolation": (status.get("sandbox") or status).get("isolation", "?") if isinstance(status, dict) else "?"}
+            "isolation": {"level": level, "warning": isolation_warning(level)}}
     cache.close()
     return [r for r in reports if r is not None], info
 
@@ -120,8 +124,10 @@ def render(reports: list[PackageReport], info: dict, console: Console) -> None:
         console.print(f"  {line}", markup=False, highlight=False)
     counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STYLES}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items())
-                  + f"; {info['cache_hits']} cached, {info['cache_misses']} run; isolation {info['isolation']}"
+                  + f"; {info['cache_hits']} cached, {info['cache_misses']} run; isolation {info['isolation']['level']}"
                   + ("; warm daemon" if info["daemon"] else ""))
+    if info["isolation"]["warning"]:
+        console.print(f"warning: {info['isolation']['warning']}", style="yellow", markup=False, highlight=False)
 
 
 def exit_code(reports: list[PackageReport]) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.sandbox.jobs import OUTPUT
 from tern.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
 from tern.verify.junit import run_pytest
@@ -322,10 +323,11 @@ def layer_bases(keras_flavour: str) -> list[type]:
 
 def record_tests(payload: dict, scratch: Path) -> dict:
     """Task: run ``payload["tests"]`` (paths under ``payload["root"]``) with pytest while
-    recording calls of ``payload["package"]``'s layers into ``payload["out"]``.
+    recording calls of ``payload["package"]``'s layers into ``scratch / OUTPUT``, which the
+    sandbox moves to the job's ``output`` afterwards (jobs never write tern's state).
 
     Returns the original tests' outcomes, the recorded cases and what was skipped."""
-    root, package, out = Path(payload["root"]), payload["package"], Path(payload["out"])
+    root, package, out = Path(payload["root"]), payload["package"], scratch / OUTPUT
     recorder = Recorder(out, payload.get("max_per_target", 3))
     modules, import_errors = [], {}
     for name in package_modules(root, package):

@@ -3,7 +3,8 @@
 Four kinds of job, each cached under its own key (``keys.py``):
 
 1. *record* (TF worker): the original tests run under the recorder; one job per TF
-   package version, its cases kept in ``.tern/recordings/<key>/``;
+   package version, its cases kept in ``.tern/recordings/<key>/`` (written in the job's
+   scratch directory, moved there by the sandbox: jobs never write tern's state);
 2. *replay* (JAX worker): one job per translated source module: import it, replay the
    cases of the layers it defines;
 3. *train* (JAX worker): one job per translated module defining a training step the
@@ -81,9 +82,9 @@ class PackageVerifier:
             return keys.versions(keys.JAX_LIBRARIES)
         return self.jax_kind, keys.versions(keys.JAX_LIBRARIES + keys.TF_LIBRARIES)
 
-    def _job(self, kind: str, task: str, payload: dict, sys_path: Path, writable: tuple[str, ...] = ()) -> Job:
+    def _job(self, kind: str, task: str, payload: dict, sys_path: Path, output: str = "") -> Job:
         kind = self.jax_kind if kind == "jax" else kind
-        return Job(kind=kind, task=task, payload=payload, sys_path=(str(sys_path),), writable=writable,
+        return Job(kind=kind, task=task, payload=payload, sys_path=(str(sys_path),), output=output,
                    timeout=self.config.timeout, cpu_seconds=self.config.timeout * 2, memory_mb=self.config.memory_mb)
 
     async def _run(self, phase: str, key: str | None, job: Job) -> tuple[dict | None, JobResult | None, bool]:
@@ -116,10 +117,11 @@ class PackageVerifier:
         self.cache.recordings.mkdir(parents=True, exist_ok=True)
         partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
         tests = [str(p.relative_to(tf_root)) for p in test_files(tf_root / self.package)]
-        payload = {"root": str(tf_root), "package": self.package, "tests": tests, "out": str(partial),
+        payload = {"root": str(tf_root), "package": self.package, "tests": tests,
                    "keras": self.config.keras, "config_cases": list(self.config.cases), "train_steps": self.config.train_steps}
         kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
-        job = self._job(kind, "tern.verify.tasks:record_tests", payload, tf_root, writable=(str(self.cache.recordings),))
+        # the job writes its cases into its scratch directory; the sandbox renames them to `partial`
+        job = self._job(kind, "tern.verify.tasks:record_tests", payload, tf_root, output=str(partial))
         self.progress(f"{self.package}: recording the original tests")
         value, failure, _ = await self._run("record", None, job)
         if failure is not None:

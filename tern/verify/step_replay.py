@@ -71,12 +71,32 @@ def _mapping(fn: Any, meta: dict) -> dict[str, str] | str:
     return dict(zip(kept, translated))
 
 
+def _support(module: Any, name: str) -> Any:
+    """A support definition as the translated module sees it: its own (older translations
+    inlined them), else its package's generated support module's, else tern's own (the module
+    copies it verbatim; a package whose files never name it has none)."""
+    import importlib
+
+    from tern.support_module import SUPPORT_MODULE
+
+    found = getattr(module, name, None)
+    root = module.__name__.split(".")[0]
+    for where in (f"{root}.{SUPPORT_MODULE}", SUPPORT_MODULE, "tern_rules.support"):
+        if found is not None:
+            return found
+        try:
+            found = getattr(importlib.import_module(where), name, None)
+        except ImportError:
+            continue
+    return found
+
+
 def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     import jax
     import jax.numpy as jnp
 
     fn = getattr(module, meta["function"], None)
-    state_class = getattr(module, "KerasTrainState", None)
+    state_class = _support(module, "KerasTrainState")
     if fn is None:
         return {"status": "error", "message": f"the translated module has no {meta['function']}"}
     if state_class is None:
@@ -119,7 +139,7 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     if isinstance(frozen, str):
         return {"status": "not compared", "reason": frozen}
     if frozen:
-        table_class = getattr(module, "KerasTrainable", None)
+        table_class = _support(module, "KerasTrainable")
         if table_class is None:
             return {"status": "not compared", "reason": "the test froze layers and the translated module has no "
                     "KerasTrainable to freeze them with"}
