@@ -9,11 +9,13 @@ module.
 """
 
 import dataclasses
+
 import flax.linen
 import jax
 import numpy
 
 from .KerasLayer import KerasLayer
+from .keras_weight_order import keras_weight_order
 
 
 _TERN_VARIABLES = {}
@@ -32,19 +34,8 @@ def _tern_init(module, *args, **kwargs):
     """Build a module as Keras builds a layer; remember its variables' creation order (Keras' weight order)."""
     variables = module.init(_tern_rngs(), *args, **kwargs)
     _TERN_VARIABLES[id(module)] = (module, variables)
-    layers = {}
-
-    def walk(path, node):
-        for key, value in node.items():
-            if hasattr(value, "items"):
-                walk((*path, key), value)
-            else:
-                layers.setdefault(path[1:], []).append((*path, key))
-
-    for collection, tree in variables.items():
-        if collection != "losses":  # a pass's regularization terms, not weights
-            walk((collection,), tree)
-    _TERN_ORDER[id(module)] = [p for paths in layers.values() for p in paths]
+    # a pass's regularization terms ("losses") are no weights
+    _TERN_ORDER[id(module)] = keras_weight_order({c: tree for c, tree in variables.items() if c != "losses"})
     return variables
 
 

@@ -118,6 +118,8 @@ def scorecard(report: dict[str, Any], console: Console) -> None:
             console.print(f"{len(summary[what])} cases {word} than their suite expects: {', '.join(summary[what])}",
                           markup=False, highlight=False)
     console.print(run_line(report), markup=False, highlight=False)
+    if report["run"].get("isolation_warning"):
+        console.print(f"warning: {report['run']['isolation_warning']}", markup=False, highlight=False)
 
 
 def diff(comparison: dict[str, Any], console: Console) -> None:

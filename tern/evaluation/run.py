@@ -218,7 +218,7 @@ def evaluate(suites: list[Suite], options: Options, progress: Progress | None = 
     keyed = {case.id: case_key(case, configs[case.id], options.llm) for case in cases}
     results: dict[str, CaseResult] = {}
     info: dict[str, Any] = {"case_hits": 0, "case_misses": 0, "runner_opened": False, "daemon": False,
-                            "isolation": None, "jobs_run": 0, "jobs_cached": 0, "runner_error": ""}
+                            "isolation": None, "isolation_warning": "", "jobs_run": 0, "jobs_cached": 0, "runner_error": ""}
     progress.start(len(cases))
     pending = []
     for case in cases:
@@ -298,7 +298,9 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
                 await finished.wait()
                 with contextlib.suppress(Exception):  # status is information only
                     status = await runner.status()
-                    info["isolation"] = (status.get("sandbox") or status).get("isolation")
+                    sandbox = status.get("sandbox") or status
+                    info["isolation"] = sandbox.get("isolation")
+                    info["isolation_warning"] = sandbox.get("isolation_warning", "")
         except Exception as exc:  # noqa: BLE001 - every case then says why it could not be verified
             info["runner_error"] = f"{type(exc).__name__}: {exc}"
             ready.set()
