@@ -127,6 +127,9 @@ def migrate(
         for f in report.files:
             if f.diff:
                 sys.stdout.write(f.diff)
+        if report.support_module:  # generated, not a diff of the user's code: named, not printed
+            sys.stderr.write(f"would write {report.support_module} (generated support: "
+                             f"{', '.join(report.support)})\n")
     else:
         failure = _write_reports(report, stem)
     source = Path(report.source)
