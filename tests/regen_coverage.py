@@ -232,6 +232,29 @@ def _assertion_section(alias) -> list[str]:
     return out + [""]
 
 
+def _tensor_member_section(alias) -> list[str]:
+    from tern_rules.structure.tensor_methods import members
+
+    records = sorted(members().values(), key=lambda r: (r.on[0], r.name))
+    out = ["## Members of TF values (`rules/structure/tensor_methods.toml`)", "",
+           "Methods and attributes only TF tensors, shapes, dtypes, variables, ragged and sparse tensors have, "
+           "read by the `structure:tensor-methods` rule in files that import TensorFlow or Keras. *Taken as TF's "
+           "on* says which receivers make a use TF's: any, or only a visible shape (`x.shape`, `x.get_shape()`) "
+           "or dtype (`x.dtype`).", "",
+           "| member | of | taken as TF's on | translated to | notes |", "| --- | --- | --- | --- | --- |"]
+    for r in records:
+        use = f"x.{r.name}()" if r.kind == "method" else f"x.{r.name}"
+        if r.template is None:
+            target = "left with TODO: " + _prose(r.todo)
+        else:
+            target = _expression(r.template.replace("{receiver}", "x"), alias)
+            if r.todo:
+                target += f" on a visible {r.template_receiver}; elsewhere left with TODO"
+        of = ", ".join(f"`tf.{c}`" for c in r.on)
+        out.append(f"| {_code(use)} | {of} | {r.receiver} | {target} | {_prose(r.note) if r.note else ''} |")
+    return out + [""]
+
+
 def _rule_id(tree: ast.Module, family: str, stem: str) -> str:
     """The ``id`` the rule's class declares (what reports show), else ``family:stem``; empty
     for a module with no top-level ``RULE``: a helper other rules call (``discover`` skips it)."""
@@ -276,6 +299,7 @@ def _rules_section(root: Path) -> list[str]:
 def coverage_markdown() -> str:
     """docs/coverage.md as the rule tables and rule modules make it today."""
     from tern.records import rules_root, tables
+    from tern_rules.structure.tensor_methods import members
     from tern_rules.testing.assertions import methods
 
     root = rules_root()
@@ -303,6 +327,8 @@ def coverage_markdown() -> str:
         *(f"| values (`rules/values/`): {VALUE_KINDS.get(k, k)} | {sum(1 for r in values if r.kind == k)} |" for k in _kinds(values)),
         f"| TF kept on purpose (`rules/allowed/`) | {len(t.allowed)} |",
         f"| test assertions (`rules/testing/assertions.toml`) | {len(methods())} |",
+        f"| members of TF values (`rules/structure/tensor_methods.toml`) | {len(members())} "
+        f"({sum(1 for r in members().values() if r.template is None)} left with a TODO) |",
         *(f"| programmatic rules: `rules/{family}/` | {sum(1 for r in rules if r[0].startswith(family + ':'))} |"
           for family in ("structure", "testing")),
         "",
@@ -313,7 +339,8 @@ def coverage_markdown() -> str:
         "",
     ]
     body = (_api_section(api, root, alias) + _layer_section(layers, root, alias) + _value_section(values, alias)
-            + _allowed_section(t.allowed, alias) + _assertion_section(alias) + _rules_section(root))
+            + _allowed_section(t.allowed, alias) + _assertion_section(alias) + _tensor_member_section(alias)
+            + _rules_section(root))
     return "\n".join(head + body).rstrip("\n") + "\n"
 
 
