@@ -104,6 +104,8 @@ class Translator(cst.CSTTransformer):
         self._not_refs: set[int] = set()
         self._touched_source = [False]
         self._pending_at: list[int] = []
+        self._headers: list[cst.CSTNode] = []  # if/for/while/with statements being visited
+        self._held: list[list[Todo]] = []  # their headers' TODOs, kept off their bodies' first statement
         self._opaque: set[int] = set()  # graph functions tf.data runs: left exactly as written
         self._generated: set[int] = set()  # support code an earlier run inlined: left as it is
 
@@ -217,6 +219,20 @@ class Translator(cst.CSTTransformer):
 
     def _enter_block(self, node) -> None:
         self._touched_source.append(False)
+        if not isinstance(node, cst.Try):
+            self._headers.append(node)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        """What the header of an if/for/while/with raised stands above that statement, not
+        above the first statement of its body: held while the body is visited."""
+        if self._headers and self._headers[-1].body is node:
+            self._held.append(self.ctx.pending)
+            self.ctx.pending = []
+
+    def leave_IndentedBlock(self, original, updated):
+        if self._headers and self._headers[-1].body is original:
+            self.ctx.pending = self._held.pop() + self.ctx.pending
+        return updated
 
     visit_If = visit_Try = _enter_block
     visit_For = visit_While = _enter_loop
@@ -423,6 +439,8 @@ class Translator(cst.CSTTransformer):
         return self._finish_statement(updated)
 
     def _leave_block(self, original, updated):
+        if self._headers and self._headers[-1] is original:
+            self._headers.pop()
         return self._finish_statement(updated)
 
     leave_If = leave_Try = _leave_block

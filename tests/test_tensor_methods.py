@@ -421,11 +421,16 @@ def test_corpus_rewrites_what_has_an_exact_form():
     assert remaining == {"set_shape"}, code
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a TODO raised in a compound statement's header (an `if` test) "
-                                       "is attached to the first statement of its body (tern/translate.py)")
-def test_todo_in_an_if_header_stands_on_the_if():
-    source = "import tensorflow as tf\n\n\ndef f(x):\n    if x.shape.is_fully_defined():\n        x = x + 1\n    return x\n"
-    assert _silent(translate_source(source).code) == []
+@pytest.mark.parametrize("header", ["if x.shape.is_fully_defined():", "while not x.shape.is_fully_defined():",
+                                    "for d in x.shape.dims:", "with x.graph.as_default():"])
+def test_a_todo_in_a_compound_statement_header_stands_on_that_statement(header):
+    source = f"import tensorflow as tf\n\n\ndef f(x):\n    {header}\n        x = x + 1\n    return x\n"
+    code = translate_source(source).code
+    assert _silent(code) == []
+    lines = code.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == header)
+    assert "TODO(tern)" in lines[at - 1], code  # above the header, not above `x = x + 1`
+    assert "TODO(tern)" not in lines[at + 1], code
 
 
 def test_uses_math_prod_semantics():
