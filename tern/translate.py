@@ -7,6 +7,7 @@ the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 from dataclasses import dataclass, field
@@ -626,10 +627,6 @@ def _generated_support(module: cst.Module) -> set[int]:
     return {id(s) for s in module.body if isinstance(s, (cst.ClassDef, cst.FunctionDef)) and s.name.value in noted}
 
 
-def _defines(module: cst.Module, name: str) -> bool:
-    return any(isinstance(s, (cst.ClassDef, cst.FunctionDef)) and s.name.value == name for s in module.body)
-
-
 def insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Module:
     body = list(module.body)
     at = 0
@@ -714,8 +711,6 @@ def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module
     text = stripped.code
     if not any(name in text for name in _support_prefixes()):
         return stripped, (), ""
-    import ast
-
     used = sorted((names_in_use(text) & support_names()) - _module_bound(ast.parse(text)))
     if not used:
         return stripped, (), ""
@@ -748,8 +743,6 @@ def _support_prefixes() -> tuple[str, ...]:
 
 def _module_bound(tree) -> set[str]:
     """Names the module binds at its top level (its own definitions win over support's)."""
-    import ast
-
     bound: set[str] = set()
     todo = list(tree.body)
     while todo:
@@ -783,8 +776,6 @@ def _datasets(source: str, package: PackageInfo, tables: Tables):
     """The file's tf.data facts, when its package uses tf.data at all (else no cost)."""
     if not package.datasets.used:
         return None
-    import ast
-
     try:
         return file_datasets(ast.parse(source), package.datasets, tables)
     except (SyntaxError, ValueError):
