@@ -67,6 +67,7 @@ def definitions() -> dict[str, Definition]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def names() -> frozenset[str]:
     return frozenset(definitions())
 

@@ -7,6 +7,8 @@ Rules write targets as full dotted names (``jax.numpy.sum``); this module turns 
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from tern.names import _ast_scope, dotted_name, import_bindings
@@ -83,14 +85,13 @@ def _import_statement(module: str, alias: str) -> cst.SimpleStatementLine:
     return cst.parse_statement(f"import {module} as {alias}\n")
 
 
-def names_in_use(code: str) -> set[str]:
-    """Names read anywhere in ``code`` where no enclosing function rebinds them.
+def names_in_use(code: str | ast.Module) -> set[str]:
+    """Names read anywhere in ``code`` (source text, or its ``ast`` already parsed) where no
+    enclosing function rebinds them.
 
     Uses Python's ``ast`` (C speed) on the generated text: a second LibCST walk of the whole
     file cost as much as the translation pass itself.
     """
-    import ast
-
     used: set[str] = set()
 
     def bound_in(fn) -> set[str]:
@@ -113,7 +114,7 @@ def names_in_use(code: str) -> set[str]:
         for child in ast.iter_child_nodes(node):
             walk(child, shadow)
 
-    walk(ast.parse(code), frozenset())
+    walk(ast.parse(code) if isinstance(code, str) else code, frozenset())
     return used
 
 

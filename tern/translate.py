@@ -711,7 +711,8 @@ def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module
     text = stripped.code
     if not any(name in text for name in _support_prefixes()):
         return stripped, (), ""
-    used = sorted((names_in_use(text) & support_names()) - _module_bound(ast.parse(text)))
+    tree = ast.parse(text)
+    used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
     if not used:
         return stripped, (), ""
     statement = import_statement(support_module, used)

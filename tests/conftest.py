@@ -12,8 +12,18 @@ copies those definitions exactly).
 
 import importlib
 import sys
+import types
 
-sys.modules.setdefault("_keras_compat", importlib.import_module("tern_rules.support"))
+
+class _Support(types.ModuleType):
+    """``_keras_compat`` for code run in-process: tern's support package, imported on first use
+    (not in every xdist worker at collection: it imports JAX, Flax, optax and orbax)."""
+
+    def __getattr__(self, name):
+        return getattr(importlib.import_module("tern_rules.support"), name)
+
+
+sys.modules.setdefault("_keras_compat", _Support("_keras_compat"))
 
 SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
               "test_support_module.py", "test_harm_state.py",

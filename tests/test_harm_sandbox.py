@@ -31,6 +31,7 @@ from tern.sandbox import Job, JobResult, Sandbox, available, isolation
 from tern.sandbox.client import open_runner, stop_daemon
 from tern.sandbox.daemon import paths_for, private_dir
 from tern.verify.cache import Cache
+from test_sandbox import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 AVAILABLE = available()
@@ -274,15 +275,6 @@ def sleepers(marker: str) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def eventually(condition, patience: float = 15.0) -> bool:
-    deadline = time.monotonic() + patience
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.mark.parametrize("ending", ENDINGS)

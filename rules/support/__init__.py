@@ -11,9 +11,6 @@ Most modules are named after the one definition they hold, so importing them wou
 the module under that name here; every definition is bound last, over its module.
 """
 
-import importlib as _importlib
+from tern.support_module import objects as _objects
 
-from tern.support_module import definitions as _definitions
-
-for _name, _definition in _definitions().items():
-    globals()[_name] = getattr(_importlib.import_module(f"{__name__}.{_definition.file}"), _name)
+globals().update(_objects())

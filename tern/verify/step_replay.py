@@ -79,16 +79,17 @@ def _support(module: Any, name: str) -> Any:
 
     from tern.support_module import SUPPORT_MODULE
 
-    found = getattr(module, name, None)
+    if hasattr(module, name):
+        return getattr(module, name)
     root = module.__name__.split(".")[0]
     for where in (f"{root}.{SUPPORT_MODULE}", SUPPORT_MODULE, "tern_rules.support"):
-        if found is not None:
-            return found
         try:
             found = getattr(importlib.import_module(where), name, None)
         except ImportError:
             continue
-    return found
+        if found is not None:
+            return found
+    return None
 
 
 def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
