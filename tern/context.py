@@ -28,6 +28,7 @@ class LayerRef:
     package_class: str | None = None
     sequential: bool = False
     many: bool = False  # a list of such layers (``self.blocks = [Block() for ...]``)
+    built: object | None = None  # the original constructor call (cst.Call) of a table layer
 
 
 @dataclass
@@ -61,6 +62,8 @@ class FileContext:
     rng_counter: int = 0
     #: id(original constructor call) -> Stateless, so a later call can inline the apply
     stateless: dict[int, object] = field(default_factory=dict)
+    #: id(original constructor call) of layers called with Keras' mask: built from ``masked_template``
+    masked_layers: set[int] = field(default_factory=set)
     #: value kinds ("activation", "initializer") looked up at run time: emit their table
     value_tables: set[str] = field(default_factory=set)
     #: per-file state of programmatic rules (rules themselves are shared singletons)

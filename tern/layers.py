@@ -21,7 +21,7 @@ class Stateless:
     values: dict[str, cst.BaseExpression]
 
 
-def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | Stateless | Refusal:
+def construct(ctx, record: LayerRecord, call: cst.Call, masked: bool = False) -> cst.BaseExpression | Stateless | Refusal:
     """The Flax form of ``keras.layers.X(...)``: a module expression, or a Stateless.
 
     In a functional model's graph (a compact ``__call__``) the layer keeps its Keras
@@ -35,7 +35,7 @@ def construct(ctx, record: LayerRecord, call: cst.Call) -> cst.BaseExpression | 
     frame = getattr(ctx, "frame", None)
     if name is None or m.matches(name, m.Name("None")) or frame is None or "functional" not in frame.tags:
         name = None
-    return _construct(ctx, record, bound, name)
+    return _construct(ctx, record, bound, name, masked)
 
 
 def _named(module: cst.BaseExpression, name: cst.BaseExpression | None) -> cst.BaseExpression:
@@ -50,7 +50,7 @@ def _named(module: cst.BaseExpression, name: cst.BaseExpression | None) -> cst.B
     return module.with_changes(args=args)
 
 
-def _construct(ctx, record: LayerRecord, bound: Bound, flax_name: cst.BaseExpression | None) -> cst.BaseExpression | Stateless | Refusal:
+def _construct(ctx, record: LayerRecord, bound: Bound, flax_name: cst.BaseExpression | None, masked: bool = False) -> cst.BaseExpression | Stateless | Refusal:
     for name in ("trainable", "dtype"):
         if name in bound.args and name not in record.signature.params:
             return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here")
@@ -74,14 +74,15 @@ def _construct(ctx, record: LayerRecord, bound: Bound, flax_name: cst.BaseExpres
         return Stateless(record, values)
     if record.output_unless:
         mapped = {k: v for k, v in mapped.items() if k != record.output_unless}  # it chose the output
-    if record.template is not None:
+    template = record.masked_template if masked and record.masked_template else record.template
+    if template is not None:
         for name, value in mapped.items():
             if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("Sequential")))):
                 return Refusal(
                     f"`{name}` is a layer with a fused activation or a last-step output (an nn.Sequential); "
                     "it cannot be nested here: write the wrapped module by hand"
                 )
-        module = expand_template(record.template, mapped, ctx, record.signature.defaults)
+        module = expand_template(template, mapped, ctx, record.signature.defaults)
         if isinstance(module, Refusal):
             return module
     else:
@@ -130,9 +131,10 @@ def stateless_lambda(ctx, layer: Stateless) -> cst.BaseExpression | Refusal:
 
 
 def call_arguments(
-    ctx, record: LayerRecord, call: cst.Call, training: str | None
+    ctx, record: LayerRecord, call: cst.Call, training: str | None, masked: bool = False
 ) -> list[cst.Arg] | Refusal:
-    """Map a layer call's arguments (``training``, ``mask``...) to the Flax call."""
+    """Map a layer call's arguments (``training``, ``mask``...) to the Flax call; ``masked``: the
+    module was built from ``masked_template``, so ``mask=`` passes on."""
     params = record.call_params
     bound = bind(call, params)
     if isinstance(bound, Refusal):
@@ -150,6 +152,9 @@ def call_arguments(
         value = bound.args[name]
         if m.matches(value, m.Name("None")) and name != "training":
             continue  # passing None is passing nothing
+        if name == "mask" and masked and record.masked_template:
+            args.append(cst.Arg(value, keyword=cst.Name("mask")))
+            continue
         if name in record.call_unsupported:
             return Refusal(f"call argument `{name}`: {record.call_unsupported[name]}")
         template = record.call.get(name)

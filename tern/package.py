@@ -35,6 +35,65 @@ class ClassInfo:
     #: field of that name, so the sub-model's variables are the model's subtree of that name, and (the class
     #: building no layers of its own) the model's variables before its first call are theirs alone
     submodels: tuple[str, ...] = ()
+    #: how the class treats Keras' implicit masks (``mask_facts``)
+    masks: MaskFacts = field(default_factory=lambda: MaskFacts())
+
+
+@dataclass(frozen=True)
+class MaskFacts:
+    """What Keras does with a mask attached to this class's input (keras/src/layers/layer.py).
+
+    ``takes_mask``: ``call`` has a ``mask`` parameter, so Keras passes the input's mask in;
+    ``output``: the mask Keras attaches to the output: ``"input"`` (``supports_masking`` and the
+    default ``compute_mask``, or one that returns its mask argument), ``"none"`` (no masking
+    support, or a ``compute_mask`` that returns None), ``"unknown"`` (any other
+    ``compute_mask``). ``None`` fields: the class does not say, its bases decide.
+    """
+
+    takes_mask: bool | None = None
+    output: str | None = None
+
+
+def mask_facts(cls: ast.ClassDef) -> MaskFacts:
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    call = methods.get("call")
+    takes_mask = _has_param(call, "mask") if call is not None else None
+    compute = methods.get("compute_mask")
+    if compute is not None:
+        return MaskFacts(takes_mask, _compute_mask_output(compute))
+    supports = [
+        node.value.value for node in ast.walk(cls)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and any(isinstance(t, ast.Attribute) and t.attr == "supports_masking" for t in node.targets)
+    ]
+    if supports:
+        return MaskFacts(takes_mask, "input" if all(v is True for v in supports) else "unknown")
+    return MaskFacts(takes_mask, None)
+
+
+def _compute_mask_output(fn: ast.FunctionDef) -> str:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    params = [a.arg for a in fn.args.args]
+    if len(body) == 1 and isinstance(body[0], ast.Return):
+        value = body[0].value
+        if value is None or (isinstance(value, ast.Constant) and value.value is None):
+            return "none"
+        if isinstance(value, ast.Name) and len(params) >= 3 and value.id == params[2]:
+            return "input"
+    return "unknown"
+
+
+def class_masks(info: PackageInfo, name: str) -> MaskFacts:
+    """``name``'s mask facts, the unsaid ones taken from its package bases (Keras' ``Layer``:
+    no ``mask`` parameter, no masking support)."""
+    takes, output, seen = None, None, set()
+    while name in info.classes and name not in seen:
+        seen.add(name)
+        cls = info.classes[name]
+        takes = cls.masks.takes_mask if takes is None else takes
+        output = cls.masks.output if output is None else output
+        name = next((b for b in cls.bases if b in info.classes), "")
+    return MaskFacts(bool(takes), output or "none")
 
 
 @dataclass
@@ -284,7 +343,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
-            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node), _stored_submodels(node))
+            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node))
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
         elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):

@@ -88,8 +88,11 @@ class LayerRecord:
     """A Keras layer and its ``flax.linen`` form.
 
     A layer with parameters has a ``target`` module class. A stateless layer has an
-    ``apply`` template over its call inputs (``{inputs}``) and constructor parameters.
-    A module that nests another (``RNN(cell)``) gives its constructor as ``template``.
+    ``apply`` template over its call inputs (``{inputs}``) and constructor parameters, and
+    may have a ``masked_apply`` (also over ``{mask}``) for a call given Keras' ``mask=``.
+    A module that nests another (``RNN(cell)``) gives its constructor as ``template``, and
+    ``masked_template`` for an instance that is called with Keras' ``mask``
+    (``FileContext.masked_layers``), whose call then passes ``mask=`` on.
     ``output`` post-processes the module's result (``{outputs}[:, -1]`` for a Keras RNN's
     last step) unless the constructor param named by ``unless`` is literally True.
     ``call`` maps Keras call keywords to Flax ones as templates (``"-"`` drops them);
@@ -107,7 +110,9 @@ class LayerRecord:
     signature: Signature
     target: str | None = None
     apply: str | None = None
+    masked_apply: str | None = None
     template: str | None = None
+    masked_template: str | None = None
     output_template: str | None = None
     output_unless: str | None = None
     call_params: tuple[str, ...] = ("inputs",)
@@ -243,7 +248,9 @@ def _layer(raw: dict[str, Any], origin: str) -> LayerRecord:
         signature=_signature(raw),
         target=raw.get("target"),
         apply=raw.get("apply"),
+        masked_apply=raw.get("masked_apply"),
         template=raw.get("template"),
+        masked_template=raw.get("masked_template"),
         output_template=raw.get("output", {}).get("template"),
         output_unless=raw.get("output", {}).get("unless"),
         call_params=tuple(raw.get("call_params", ("inputs",))),

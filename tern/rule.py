@@ -28,6 +28,10 @@ class Rule:
     def visit_class(self, ctx, node: cst.ClassDef) -> None: ...
     def visit_function(self, ctx, node: cst.FunctionDef) -> None: ...
 
+    def prepare_call(self, ctx, original: cst.Call, updated: cst.Call) -> cst.Call | None:
+        """Arguments Keras passes implicitly, made explicit before the layer call is mapped (every rule runs)."""
+        return None
+
     def leave_call(self, ctx, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         return None
 

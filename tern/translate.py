@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern import graph_functions, kept
 from tern.context import FileContext, FunctionFrame, LayerRef
@@ -272,6 +273,11 @@ class Translator(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
         self._edit_mark = self._edit_marks.pop()
+        for rule in self.rules:
+            prepared = rule.prepare_call(ctx, original, updated)
+            if prepared is not None:
+                ctx.edit(rule.id, original, prepared)
+                updated = prepared
         name = ctx.resolve(original.func)
         if name is not None:
             self._touched_source[-1] = True
@@ -280,7 +286,7 @@ class Translator(cst.CSTTransformer):
                 return self._apply_api(name, record, original, updated)
             layer = ctx.tables.layers.get(name)
             if layer is not None:
-                built = construct(ctx, layer, updated)
+                built = construct(ctx, layer, updated, masked=id(original) in ctx.masked_layers)
                 if isinstance(built, Refusal):
                     return self._refuse(original, _short_name(name), built.reason)
                 if isinstance(built, Stateless):
@@ -310,14 +316,7 @@ class Translator(cst.CSTTransformer):
         inner = original.func
         stateless = ctx.stateless.get(id(inner)) if isinstance(inner, cst.Call) else None
         if stateless is not None:
-            if not updated.args or updated.args[0].keyword is not None:
-                return None
-            out = apply_stateless(ctx, stateless, updated.args[0].value)
-            if isinstance(out, Refusal):
-                ctx.todo(_short_name(stateless.record.source), out.reason)
-                return None
-            ctx.edit(stateless.record.rule_id, original, out)
-            return out
+            return self._stateless_call(stateless, original, updated, inline=True)
         record = None
         if isinstance(inner, cst.Call):
             layer_name = ctx.resolve(inner.func)
@@ -325,17 +324,52 @@ class Translator(cst.CSTTransformer):
         ref = self._known_layer(original.func)
         if ref is not None and ref.record is not None and not ref.many:
             record = ref.record
-        if record is None or record.apply is not None:
+        if record is None:
             return None
+        if record.apply is not None:
+            if len(updated.args) == 1 and updated.args[0].keyword is None:
+                return None  # ``self.pool(x)``: the attribute holds the apply as a lambda
+            built = construct(ctx, record, ref.built) if ref is not None and ref.built is not None else None
+            if not isinstance(built, Stateless):
+                ctx.todo(_short_name(record.source) + " call", "arguments besides the input, on a layer whose constructor tern did not see")
+                return None
+            return self._stateless_call(built, original, updated, inline=False)
         frame = ctx.frame
         training = frame.training if frame is not None else None
-        args = call_arguments(ctx, record, updated, training)
+        masked = ref is not None and ref.built is not None and id(ref.built) in ctx.masked_layers
+        args = call_arguments(ctx, record, updated, training, masked)
         if isinstance(args, Refusal):
             ctx.todo(_short_name(record.source) + " call", args.reason)
             return None
         out = updated.with_changes(args=commas(args))
         if code(out) != code(updated):
             ctx.edit(record.rule_id + ":call", original, out)
+        return out
+
+    def _stateless_call(self, stateless: Stateless, original: cst.Call, updated: cst.Call, inline: bool) -> cst.BaseExpression | None:
+        """A parameter-free layer's call inlined: its ``apply``, or ``masked_apply`` when Keras' ``mask=`` is passed.
+        ``self.pool(x)`` keeps calling the attribute's lambda (``inline`` False) unless a mask is given."""
+        ctx, record = self.ctx, stateless.record
+        bound = bind(updated, ("inputs", "mask"))
+        if isinstance(bound, Refusal) or "inputs" not in bound.args:
+            if not inline:
+                ctx.todo(_short_name(record.source) + " call", "call arguments besides `inputs` and `mask` have no Flax counterpart here")
+            return None
+        mask = bound.args.get("mask")
+        if mask is None or m.matches(mask, m.Name("None")):
+            if not inline:
+                return None
+            out = apply_stateless(ctx, stateless, bound.args["inputs"])
+        elif record.masked_apply is None:
+            ctx.todo(_short_name(record.source) + " call", "call argument `mask`: Keras' masked form of this layer is not in the tables; apply the mask by hand")
+            return None
+        else:
+            values = {**stateless.values, "inputs": bound.args["inputs"], "mask": mask}
+            out = expand_template(record.masked_apply, values, ctx, record.signature.defaults)
+        if isinstance(out, Refusal):
+            ctx.todo(_short_name(record.source), out.reason)
+            return None
+        ctx.edit(record.rule_id, original, out)
         return out
 
     def _known_layer(self, func: cst.BaseExpression) -> LayerRef | None:

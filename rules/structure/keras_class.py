@@ -95,7 +95,7 @@ def _layer_ref(ctx, value: cst.BaseExpression) -> LayerRef | None:
     if name is None:
         return None
     if name in ctx.tables.layers:
-        return LayerRef(record=ctx.tables.layers[name])
+        return LayerRef(record=ctx.tables.layers[name], built=value)
     if name in ("keras.Sequential", "keras.models.Sequential"):
         return LayerRef(sequential=True)
     return None
