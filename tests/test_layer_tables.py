@@ -424,3 +424,15 @@ def test_initializer_values(source, shape):
     unbounded = "normal(stddev" in record.target or "orthogonal" in record.target
     if not unbounded:
         np.testing.assert_allclose(np.abs(actual).max(), np.abs(expected).max(), rtol=0.03)
+
+
+def test_every_keras_alias_of_a_table_layer_is_listed_and_is_that_layer():
+    """``MaxPool2D`` is ``MaxPooling2D``: a layer's other names in the installed Keras are its aliases."""
+    names: dict[type, set[str]] = {}
+    for name in dir(keras.layers):
+        obj = getattr(keras.layers, name)
+        if inspect.isclass(obj):
+            names.setdefault(obj, set()).add(f"keras.layers.{name}")
+    for raw in RAW:
+        cls = _resolve(raw["source"])
+        assert {raw["source"], *raw.get("aliases", ())} == names[cls], raw["source"]
