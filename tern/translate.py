@@ -501,11 +501,12 @@ class Translator(cst.CSTTransformer):
             return self._finish_statement(updated, opaque=True)
         out = updated
         for rule in self.rules:
-            res = rule.leave_class(self.ctx, original, updated)
+            if not isinstance(out, cst.ClassDef):
+                break  # a rule replaced the class by other statements
+            res = rule.leave_class(self.ctx, original, out)
             if res is not None:
                 self.ctx.edit(rule.id, _header(original), _header(res) if isinstance(res, cst.ClassDef) else res)
                 out = res
-                break
         result = self._finish_statement(out)
         self.ctx.classes.pop()
         return result
