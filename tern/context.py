@@ -18,6 +18,8 @@ from tern.targets import ImportPlan, respell
 
 # Flax RNG stream used for randomness that is not dropout (sampling layers, noise).
 NOISE_STREAM = "noise"
+#: dtype strings tf.as_dtype reads as another name
+DTYPE_STRING_ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
 
 
 @dataclass
@@ -92,12 +94,17 @@ class FileContext:
         if record is not None:
             return record.target
         if kind == "dtype":
-            api = self.tables.api.get(source)
+            api = self.tables.api.get(self.dtype_source(source))
             if api is not None and api.is_name and not api.todo:
                 return api.target
-            if "." not in source:
-                return f"jax.numpy.{source}"
         return None
+
+    def dtype_source(self, source: str) -> str:
+        """The TF name record of a dtype: ``tensorflow.float32`` for itself, ``"float32"`` or TF's
+        string aliases (``"float"``, ``"double"``, ``"half"``: ``tf.as_dtype``)."""
+        if "." in source:
+            return source
+        return "tensorflow." + DTYPE_STRING_ALIASES.get(source, source)
 
     def value_lookup(self, kind: str, node: cst.BaseExpression) -> cst.BaseExpression:
         """``_TERN_ACTIVATIONS[x]``: a value only known at run time, mapped through the table."""

@@ -53,7 +53,7 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
         if isinstance(value, str):
             target = ctx.value_target(kind, value)
             if target is None:
-                return Refusal(f"no {kind} mapping for {value!r}")
+                return Refusal(_dtype_refusal(ctx, value) if kind == "dtype" else f"no {kind} mapping for {value!r}")
             return None if target == "None" else ctx.target_expr(target)
         key = node
         if isinstance(node, cst.Call) and _is_target_side(node.func):
@@ -64,7 +64,7 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
         if source is not None:
             target = ctx.value_target(kind, source)
             if target is None:
-                return Refusal(f"no {kind} mapping for {source}")
+                return Refusal(f"no {kind} mapping for {source}")  # a dtype name's own TODO says why
             return None if target == "None" else ctx.target_expr(target)
         if isinstance(node, (cst.Name, cst.Attribute)) and _is_target_side(node):
             return node  # already translated (``jax.nn.relu`` from ``tf.nn.relu``)
@@ -75,6 +75,14 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
         return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
 
     return convert
+
+
+def _dtype_refusal(ctx, source: str) -> str:
+    """Why a dtype string has no JAX name here: its TF name's TODO (64-bit types), or none known."""
+    api = ctx.tables.api.get(ctx.dtype_source(source))
+    if api is not None and api.todo:
+        return f"dtype {source!r}: {api.todo}"
+    return f"no dtype mapping for {source!r}"
 
 
 def _is_target_side(func: cst.BaseExpression) -> bool:

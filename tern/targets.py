@@ -105,6 +105,12 @@ def names_in_use(code: str | ast.Module) -> set[str]:
             if not isinstance(node, ast.Lambda):
                 for decorator in node.decorator_list:
                     walk(decorator, shadow)
+                args = node.args
+                for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+                    if arg is not None and arg.annotation is not None:
+                        walk(arg.annotation, shadow)
+                if node.returns is not None:
+                    walk(node.returns, shadow)
             inner = shadow | bound_in(node)
             for child in (node.body if isinstance(node.body, list) else [node.body]):
                 walk(child, inner)

@@ -521,6 +521,10 @@ class Translator(cst.CSTTransformer):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 for dec in node.decorators:
                     dec.visit(refs)
+                if isinstance(node, cst.FunctionDef):  # the header: annotations and defaults
+                    node.params.visit(refs)
+                    if node.returns is not None:
+                        node.returns.visit(refs)
                 if isinstance(node, cst.ClassDef):
                     for base in node.bases:
                         base.visit(refs)
