@@ -10,7 +10,7 @@ import libcst.matchers as m
 from tern import regularizers
 from tern.convert import Refusal
 from tern.records import DROP, LayerRecord
-from tern.render import LAYER_BOOKKEEPING, Bound, bind, build_call, expand_template, map_arguments
+from tern.render import LAYER_BOOKKEEPING, Bound, bind, build_call, code, expand_template, map_arguments
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,23 @@ def _named(module: cst.BaseExpression, name: cst.BaseExpression | None) -> cst.B
     return module.with_changes(args=args)
 
 
+#: ``dtype=`` values that are Keras' default float32 policy, which every translated module computes in:
+#: the parent layer's own ``self.dtype`` / ``self.compute_dtype`` (libraries hand it to their sublayers)
+DEFAULT_DTYPES = frozenset({
+    "None", '"float32"', "'float32'", "jnp.float32", "jax.numpy.float32",
+    "self.dtype", "self.compute_dtype", "self.variable_dtype", "self._dtype",
+})
+
+
 def _construct(ctx, record: LayerRecord, bound: Bound, flax_name: cst.BaseExpression | None, masked: bool = False) -> cst.BaseExpression | Stateless | Refusal:
+    if "dtype" in bound.args and "dtype" not in record.signature.params and code(bound.args["dtype"]) in DEFAULT_DTYPES:
+        bound = Bound({k: v for k, v in bound.args.items() if k != "dtype"}, bound.positional)  # float32, as without it
+    if m.matches(bound.args.get("trainable"), m.Name("True")):
+        bound = Bound({k: v for k, v in bound.args.items() if k != "trainable"}, bound.positional)
     for name in ("trainable", "dtype"):
         if name in bound.args and name not in record.signature.params:
-            return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here")
+            return Refusal(f"`{name}=` on a layer has no flax.linen constructor counterpart here"
+                           + (": translated modules compute in float32, Keras' default policy" if name == "dtype" else ""))
     separated = regularizers.split(ctx, record, bound)
     if isinstance(separated, Refusal):
         return separated

@@ -7,10 +7,11 @@
   (trainable) or ``self.variable("batch_stats", ...)`` (non-trainable) created from the
   input shape; ``.assign``/``.assign_add`` become ``.value`` updates guarded by
   ``not self.is_initializing()``, so ``init`` does not update state (Keras' ``build``
-  creates weights without running an update).
-
-A class mixing sublayers and ``add_weight`` is left with a TODO: Flax modules use either
-``setup`` or ``@nn.compact``, and moving sublayers into compact changes parameter paths.
+  creates weights without running an update);
+* sublayers ``build`` creates (their size often read from the input shape) become named
+  submodules of that compact ``__call__`` (``dense = nn.Dense(..., name="dense")``), so
+  their variables sit where ``setup`` would put ``self.dense``'s; sublayers of ``__init__``
+  stay in ``setup`` beside it (Flax allows both in one module).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class KerasClass:
     sublayers: dict[str, LayerRef] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)  # attr -> collection
     build_assigned: set[str] = field(default_factory=set)
+    build_layers: set[str] = field(default_factory=set)  # sublayers ``build`` creates: named locals of the compact ``__call__``
     has_build: bool = False
     refusal: str | None = None
     frame_depth: int = 0
@@ -172,16 +174,16 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
     if build is not None:
         info.has_build = True
         for attr, value in _assignments(build.body):
+            if attr == "built":
+                continue  # Keras' bookkeeping: dropped with the build
             info.build_assigned.add(attr)
             if _is_add_weight(value):
                 info.weights[attr] = _collection(value)
-            elif _layer_ref(ctx, value) is not None:
-                info.refusal = "sublayers created in `build`"
-        if info.sublayers:
-            info.refusal = (
-                "sublayers in `__init__` together with `build`/`add_weight`: Flax needs either "
-                "`setup` or `@nn.compact`; port by hand or move the weights into a sublayer"
-            )
+            elif (ref := _layer_ref(ctx, value) or (LayerRef() if _is_flax_module_call(value) else None)) is not None:
+                if attr in info.sublayers:
+                    info.refusal = f"`self.{attr}` is created in `__init__` and again in `build`"
+                info.sublayers[attr] = ref
+                info.build_layers.add(attr)
     if "call" not in methods:
         info.refusal = info.refusal or "no `call` method"
     if info.build_assigned:
@@ -485,7 +487,8 @@ class KerasClassRule(Rule):
         call_body = call.body.visit(weights)
         if weights.refusal:
             return Refusal(weights.refusal)
-        body = [*prelude, *_strip_doc(build_body.body), *call_body.body]
+        build_stmts = [s for s in _strip_doc(build_body.body) if not _is_keras_build_bookkeeping(s)]
+        body = [*prelude, *build_stmts, *call_body.body]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
 
@@ -560,6 +563,16 @@ def _keras_fans(init_code: str, shape: cst.BaseExpression | None) -> str | None:
     return init_code
 
 
+def _is_keras_build_bookkeeping(stmt: cst.CSTNode) -> bool:
+    """``super().build(input_shape)`` and ``self.built = True``: Keras' own state, nothing in Flax."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name("build")))):
+        return True
+    return isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target) == "built"
+
+
 def _strip_doc(stmts):
     out = list(stmts)
     if out and m.matches(out[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
@@ -586,6 +599,8 @@ class _WeightRewriter(cst.CSTTransformer):
             value = self._add_weight(attr, updated.value)
             if value is None:
                 return updated
+        elif attr in self.info.build_layers and isinstance(value, cst.Call):
+            value = _with_name(value, attr)
         return updated.with_changes(targets=[cst.AssignTarget(cst.Name(attr))], value=value)
 
     def _add_weight(self, attr: str, call: cst.Call):
@@ -666,6 +681,16 @@ class _WeightRewriter(cst.CSTTransformer):
         return cst.parse_statement(
             f"if not self.is_initializing():\n    {attr}.value = {stop}({op}{value})\n"
         ).with_changes(leading_lines=updated.leading_lines)
+
+
+def _with_name(call: cst.Call, name: str) -> cst.Call:
+    """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name."""
+    args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == "name")]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(cst.SimpleString(f'"{name}"'), keyword=cst.Name("name"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
 
 
 def _has_param(node: cst.FunctionDef, name: str) -> bool:
