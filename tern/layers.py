@@ -134,13 +134,32 @@ def apply_stateless(ctx, layer: Stateless, inputs: cst.BaseExpression) -> cst.Ba
 
 
 def stateless_lambda(ctx, layer: Stateless) -> cst.BaseExpression | Refusal:
+    """The layer as a function of its input: ``lambda inputs: <apply>``, or the function itself
+    when the apply only calls one on the input (``Lambda(fn)``, ``Activation("relu")``)."""
     body = apply_stateless(ctx, layer, cst.Name("inputs"))
     if isinstance(body, Refusal):
         return body
+    if (
+        isinstance(body, cst.Call) and len(body.args) == 1 and body.args[0].keyword is None and not body.args[0].star
+        and m.matches(body.args[0].value, m.Name("inputs")) and not _mentions(body.func, "inputs")
+    ):
+        return body.func
     return cst.Lambda(
         params=cst.Parameters(params=[cst.Param(cst.Name("inputs"))]),
         body=body,
     )
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                found.append(n)
+
+    node.visit(V())
+    return bool(found)
 
 
 def call_arguments(
