@@ -98,3 +98,36 @@ def test_values_take_the_flax_dtype_and_the_tree_keeps_its_structure():
     assert problems == []
     assert tree["params"]["d"]["kernel"].dtype == np.float16
     assert set(flatten(tree)) == set(flatten(init))
+
+
+def test_functional_layers_land_in_creation_order_per_kind_whatever_the_dict_order():
+    """jax rebuilds dicts with sorted keys (``Norm_10`` before ``Norm_2``), and a transposed
+    conv's kernel has the shape of a conv's: units go to the same kind of module, in the
+    order of the numbers Flax gave them (found on a keras-cv UNet: a 10.2 false mismatch)."""
+    names = sorted([f"Norm_{i}" for i in range(12)] + ["Conv_0", "Conv_1", "ConvTranspose_0"])  # jax's order
+    init = {"params": {n: {"kernel": z(3, 3, 4, 4)} if n.startswith("Conv") else {"scale": z(4)} for n in names}}
+    units = [{"scope": "", "path": None, "layer": "Conv2D", "module": "Conv", "tree": {"params": {"kernel": np.full((3, 3, 4, 4), 1.0, np.float32)}}},
+             {"scope": "", "path": None, "layer": "Conv2DTranspose", "module": "ConvTranspose", "tree": {"params": {"kernel": np.full((3, 3, 4, 4), 7.0, np.float32)}}},
+             {"scope": "", "path": None, "layer": "Conv2D", "module": "Conv", "tree": {"params": {"kernel": np.full((3, 3, 4, 4), 2.0, np.float32)}}}]
+    units += [{"scope": "", "path": None, "layer": "Norm", "module": "Norm", "tree": {"params": {"scale": np.full((4,), float(i), np.float32)}}}
+              for i in range(12)]
+    tree, problems = graft(init, units)
+    assert problems == []
+    assert [float(tree["params"][f"Norm_{i}"]["scale"][0]) for i in range(12)] == [float(i) for i in range(12)]
+    assert float(tree["params"]["ConvTranspose_0"]["kernel"].max()) == 7.0
+    assert float(tree["params"]["Conv_0"]["kernel"].max()) == 1.0 and float(tree["params"]["Conv_1"]["kernel"].max()) == 2.0
+
+
+def test_keras_units_of_a_functional_model_come_in_creation_order():
+    """Keras lists a functional model's layers topologically; the Flax side numbers them in
+    the order the code made them. Keras' auto names carry that order per class."""
+    keras = pytest.importorskip("keras")
+    from tern.verify.port import creation_order
+
+    inputs = keras.Input((4,))
+    late = keras.layers.Dense(4)  # made first, called second
+    early = keras.layers.Dense(4)
+    model = keras.Model(inputs, late(early(inputs)))
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    assert dense == [early, late]  # topological
+    assert [layer for layer in creation_order(model.layers) if isinstance(layer, keras.layers.Dense)] == [late, early]

@@ -107,10 +107,9 @@ def test_original_tests_ran_and_passed_under_the_recorder(first):
         assert all(o in ("passed", "skipped") for o in outcomes.values()), package["package"]
 
 
-def test_the_table_names_each_module_and_the_reason_for_each_mismatch(first):
+def test_the_table_names_each_module(first):
     proc, _ = first
     assert "subclassed_model.model" in proc.stdout and "equivalent" in proc.stdout
-    assert "transformer_encoder.model: mismatch" in proc.stdout
     assert "max abs" in proc.stdout
 
 
@@ -153,6 +152,7 @@ def test_deliberately_wrong_translations_are_mismatches(project, second):
     assert found["group_norm_gelu.model"]["status"] == "mismatch", found["group_norm_gelu.model"]
     assert found["resnet_block.model"]["status"] == "mismatch", found["resnet_block.model"]
     assert any("max abs" in p for p in found["resnet_block.model"]["problems"])
+    assert "resnet_block.model: mismatch" in proc.stdout  # the table says which module and why
 
 
 def test_a_tolerance_in_config_is_applied_per_module(tmp_path):

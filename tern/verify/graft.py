@@ -15,6 +15,7 @@ problems, and a case with problems is an error, not a mismatch.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -51,14 +52,26 @@ def _split(path: str | None) -> tuple[str, ...]:
 
 
 def _nodes(flat: dict[str, Leaves], collection: str, scope: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """Submodule paths under ``scope`` in the order Flax created them (DFS, insertion order)."""
+    """Submodule paths under ``scope`` in the order Flax created them, per kind of module.
+
+    Not the dict's order: ``jax.tree_util`` rebuilds dicts with sorted keys, where
+    ``BatchNorm_10`` comes before ``BatchNorm_2``. Flax numbers auto-named submodules per
+    class in creation order (``Conv_0``, ``Conv_1``, ...), and a functional layer keeps its
+    Keras name, numbered per class in creation order too: the numbers, compared as numbers,
+    are the creation order."""
     seen: dict[tuple[str, ...], None] = {}
     for path in flat.get(collection, {}):
         if path[: len(scope)] != scope:
             continue
         for depth in range(len(scope), len(path)):
             seen.setdefault(path[:depth], None)
-    return list(seen)
+    return sorted(seen, key=lambda path: tuple(_numbered(part) for part in path))
+
+
+def _numbered(name: str) -> tuple:
+    """``Conv_10`` -> ("Conv", 10): numbers compared as numbers; ``dense`` -> ("dense", 0)."""
+    match = re.fullmatch(r"(.*?)_(\d+)", name)
+    return (match.group(1), int(match.group(2))) if match else (name, 0)
 
 
 class _Placer:
@@ -105,7 +118,10 @@ class _Placer:
         submodule created earlier than the previous match."""
         scope = _split(unit["scope"])
         collection = "params" if "params" in unit_flat else next(iter(unit_flat))
-        for node in _nodes(self.flat, collection, scope):
+        nodes = _nodes(self.flat, collection, scope)
+        kind = unit.get("module")
+        same_kind = [n for n in nodes if kind and n and _numbered(n[-1])[0] == kind]  # ConvTranspose_0 for a Conv2DTranspose
+        for node in [*same_kind, *(n for n in nodes if n not in same_kind)]:
             if self.fits(unit_flat, node, exact=True):
                 self.put(unit_flat, node)
                 return

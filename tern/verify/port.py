@@ -19,6 +19,7 @@ The Flax side (``graft.py``) checks every placement against the translation's ow
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,45 @@ def _internal_attributes(base: type) -> frozenset[str]:
 
 class PortError(Exception):
     """The Keras structure cannot be mapped (a variable no walk reaches, an unknown layer)."""
+
+
+def flax_class(record) -> str | None:
+    """The Flax module class a layer record builds (``Conv``, ``ConvTranspose``, ``RNN``): the
+    Flax side names auto-named submodules after it (``ConvTranspose_0``)."""
+    text = record.target or record.template or ""
+    match = re.match(r"(?:\{support:(\w+)\}|[\w.]*?(\w+))\(", text) if record.template else None
+    if match:
+        return match.group(1) or match.group(2)
+    return text.rsplit(".", 1)[-1] or None
+
+
+def _snake_case(name: str) -> str:
+    """Keras' auto-name prefix of a class (keras/src/utils/naming.py, to_snake_case)."""
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def creation_order(layers: list) -> list:
+    """A functional model's layers with each class's auto-named layers in the order they were made.
+
+    Keras lists them in topological order; the translation builds them in the order the code
+    made them, and the Flax side places same-shaped layers first come, first served. Keras
+    numbers auto names per class (``batch_normalization``, ``batch_normalization_1``, ...), so
+    within a class the number is the creation order. Layers named by hand keep their place."""
+    slots: dict[str, list[int]] = {}
+    numbered: dict[int, int] = {}
+    for i, sub in enumerate(layers):
+        prefix = _snake_case(type(sub).__name__)
+        match = re.fullmatch(re.escape(prefix) + r"(?:_(\d+))?", getattr(sub, "name", "") or "")
+        if match:
+            slots.setdefault(prefix, []).append(i)
+            numbered[i] = int(match.group(1) or 0)
+    out = list(layers)
+    for indexes in slots.values():
+        for slot, i in zip(indexes, sorted(indexes, key=numbered.__getitem__)):
+            out[slot] = layers[i]
+    return out
 
 
 def _is_layer(value: Any) -> bool:
@@ -97,12 +137,14 @@ class _Walk:
         name = type(layer).__name__
         if _has_record(layer):
             if layer.weights:
-                tree = port_layer_weights(record_for(layer), layer, value_of=self.value_of)
-                self.units.append({"scope": scope, "path": path or None, "layer": name, "tree": tree})
+                record = record_for(layer)
+                tree = port_layer_weights(record, layer, value_of=self.value_of)
+                self.units.append({"scope": scope, "path": path or None, "layer": name, "tree": tree,
+                                   "module": flax_class(record)})
                 self.reached.update(id(v) for v in layer.weights)
             return
         if _is_container(layer):
-            for sub in layer.layers:
+            for sub in creation_order(layer.layers):
                 # a package layer in a functional/Sequential model: its attributes sit under its Keras name (the
                 # translation keeps a functional layer's name=); a table layer is placed in order in the scope
                 own = not _has_record(sub) and not _is_container(sub) and getattr(sub, "name", "")
