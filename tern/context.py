@@ -107,11 +107,12 @@ class FileContext:
         return "tensorflow." + DTYPE_STRING_ALIASES.get(source, source)
 
     def value_lookup(self, kind: str, node: cst.BaseExpression) -> cst.BaseExpression:
-        """``_TERN_ACTIVATIONS[x]``: a value only known at run time, mapped through the table."""
+        """``_TERN_ACTIVATIONS.get(x, x)``: a value only known at run time, mapped through the table
+        when it is a name Keras knows; a callable passes through, as ``keras.activations.get`` does."""
         self.value_tables.add(kind)
-        return cst.Subscript(
-            value=cst.Name(value_table_name(kind)),
-            slice=[cst.SubscriptElement(cst.Index(node))],
+        return cst.Call(
+            func=cst.Attribute(value=cst.Name(value_table_name(kind)), attr=cst.Name("get")),
+            args=[cst.Arg(node, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(node.deep_clone())],
         )
 
     def value_table_statement(self, kind: str) -> cst.SimpleStatementLine:
