@@ -188,11 +188,21 @@ def build(suite_path: Path, into: Path, mirror_root: Path) -> None:
         case = f'\n[[case]]\npath = "{pkg["name"]}"\n'
         if "expect" in pkg:
             case += f'expect = "{pkg["expect"]}"\n'
-        if "keras" in pkg:
-            case += f'config = {{ keras = "{pkg["keras"]}" }}\n'
+        config = {**pkg.get("config", {}), **({"keras": pkg["keras"]} if "keras" in pkg else {})}
+        if config:
+            case += "config = { " + ", ".join(f"{k} = {_toml(v)}" for k, v in config.items()) + " }\n"
         cases.append(case)
         print(f"{pkg['name']}: {len(texts)} files")
     (into / "suite.toml").write_text("".join(cases))
+
+
+def _toml(value) -> str:
+    """A TOML literal for a config value (strings, numbers, booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
 
 
 def check(into: Path, only: list[str]) -> int:

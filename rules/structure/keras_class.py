@@ -391,9 +391,12 @@ class KerasClassRule(Rule):
             name = stmt.name.value
             if name == "__init__":
                 stmt, trackers = _tracker_properties(ctx, stmt, info, param_names)
+                stmt, checks = _constructor_checks(stmt, param_names)
+                if checks is not None:
+                    out_methods.append(checks)
                 setup = self._setup(ctx, stmt, info, param_names)
                 if setup is not None:
-                    out_methods.append(setup)
+                    out_methods.append(setup.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if checks else setup)
                 out_methods.extend(trackers)
             elif name == "build":
                 continue
@@ -491,6 +494,62 @@ class KerasClassRule(Rule):
         body = [*prelude, *build_stmts, *call_body.body]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _constructor_checks(init: cst.FunctionDef, params: set[str]) -> tuple[cst.FunctionDef, cst.FunctionDef | None]:
+    """``init`` without its argument checks, and a ``__post_init__`` that makes them.
+
+    ``if filters < 1: raise ValueError(...)`` in a Keras constructor raises when the layer is
+    made; Flax runs ``setup`` lazily, at the first ``init``/``apply``, so a check left there
+    would pass construction silently. A check moves when it reads constructor parameters only
+    (and builtins) and does nothing but raise; ``__post_init__`` reads the fields."""
+    rebound = _rebound(init.body, params)
+    checks, kept = [], []
+    for stmt in init.body.body:
+        if _is_argument_check(stmt, params - rebound):
+            checks.append(stmt.visit(_ParamsToFields(params)))
+        else:
+            kept.append(stmt)
+    if not checks:
+        return init, None
+    body = [*checks, cst.parse_statement("super().__post_init__()\n")]
+    post_init = cst.FunctionDef(
+        name=cst.Name("__post_init__"), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
+        body=cst.IndentedBlock(body), leading_lines=init.leading_lines,
+    )
+    return init.with_changes(body=init.body.with_changes(body=kept)), post_init
+
+
+def _is_argument_check(stmt: cst.CSTNode, params: set[str]) -> bool:
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return False
+    body = stmt.body.body
+    if not body or not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(b, cst.Raise) for b in s.body) for s in body):
+        return False
+    names = {n.value for n in _names_read(stmt)}
+    return bool(names & params) and names <= params | _BUILTINS and SELF not in names
+
+
+_BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+def _names_read(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, attr: cst.Attribute) -> bool:
+            attr.value.visit(self)  # ``x.attr``: x is read, attr is no name
+            return False
+
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            arg.value.visit(self)  # a keyword is no name
+            return False
+
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(V())
+    return found
 
 
 def _tracker_properties(ctx, init: cst.FunctionDef, info: KerasClass, params: set[str]):
