@@ -437,6 +437,13 @@ class Translator(cst.CSTTransformer):
             out = ctx.target_name(record.target)
             ctx.edit(record.rule_id, original, out)
             return out
+        value = ctx.tables.value("activation", name) if record is not None else None
+        if value is not None and value.target != "None":
+            # an activation passed uncalled (``activation=keras.activations.gelu``): the function
+            # with Keras' defaults bound, as the activation table writes it
+            out = ctx.target_expr(value.target)
+            ctx.edit(f"value:activation:{name}", original, out)
+            return out
         for rule in self.rules:
             if isinstance(original, cst.Attribute):
                 out = rule.leave_attribute(ctx, original, updated)

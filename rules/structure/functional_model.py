@@ -16,10 +16,12 @@ import libcst.matchers as m
 
 from tern.context import LayerRef
 from tern.modulegen import class_name_for, compact_module
+from tern.names import short_name
 from tern.rule import Rule
 
 INPUTS = {"keras.Input", "keras.layers.Input"}
 MODELS = {"keras.Model", "keras.models.Model"}
+SEQUENTIALS = {"keras.Sequential", "keras.models.Sequential"}
 
 
 def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
@@ -80,11 +82,22 @@ class FunctionalModelRule(Rule):
                 if name in ctx.tables.layers:
                     frame.layers[assign.targets[0].target.value] = LayerRef(record=ctx.tables.layers[name])
         if node.name.value not in ctx.package.model_builders:
+            found = _calls_in(node.body, ctx, INPUTS | SEQUENTIALS)
+            if found and found <= INPUTS:
+                frame.tags.add("stray_inputs")
             return  # the package pre-pass saw no Model(...) call in it: skip the walk
         called = _calls_in(node.body, ctx, INPUTS | MODELS)
         if called & INPUTS and called & MODELS:
             frame.tags.add("functional")
             frame.training = "training"
+
+    def leave_call(self, ctx, original, updated):
+        """An ``Input`` in a function that builds no model (a test feeding symbolic tensors to a
+        layer) stays Keras: it says so, as nothing else will translate it."""
+        if ctx.frame is not None and "stray_inputs" in ctx.frame.tags and ctx.resolve(original.func) in INPUTS:
+            ctx.todo(short_name(ctx.resolve(original.func)), "a symbolic Keras tensor in a function that builds no "
+                     "model: Flax modules take arrays (call the layer on an array of that shape)")
+        return None
 
     def leave_function(self, ctx, original, updated):
         if "functional" not in ctx.frame.tags:
