@@ -434,7 +434,7 @@ class Translator(cst.CSTTransformer):
             ctx.todo(_short_name(name), record.todo)
             return updated
         if record is not None and record.target is not None and (record.is_name or _plain(record)):
-            out = ctx.target_name(record.target)
+            out = expand_template(record.target, {}, ctx) if record.target.startswith("{support:") else ctx.target_name(record.target)
             ctx.edit(record.rule_id, original, out)
             return out
         value = ctx.tables.value("activation", name) if record is not None else None

@@ -14,6 +14,7 @@ JAX counterpart: pass such a mask as ``sample_weight``. Translations import it f
 
 import jax
 
+from .keras_reduce_loss import keras_reduce_loss
 from .keras_same_rank import keras_same_rank
 
 def keras_loss(fn, y_true, y_pred, sample_weight=None, *, reduction="sum_over_batch_size", **options):
@@ -37,16 +38,4 @@ def keras_loss(fn, y_true, y_pred, sample_weight=None, *, reduction="sum_over_ba
         else:
             mask, sample_weight = keras_same_rank(mask, jax.numpy.asarray(sample_weight, values.dtype))
             sample_weight = sample_weight * mask
-    if sample_weight is not None:
-        values, sample_weight = keras_same_rank(values, jax.numpy.asarray(sample_weight, values.dtype))
-        values = values * sample_weight
-    if reduction in (None, "none") or values.shape in ((), (0,)):
-        return values
-    total = jax.numpy.sum(values)
-    if reduction == "sum":
-        return total
-    if reduction == "mean_with_sample_weight" and sample_weight is not None:
-        divisor = jax.numpy.sum(sample_weight).astype(total.dtype)
-    else:
-        divisor = jax.numpy.asarray(values.size, total.dtype)
-    return jax.numpy.where(divisor != 0, total / jax.numpy.where(divisor != 0, divisor, 1), 0.0)
+    return keras_reduce_loss(values, sample_weight, reduction)
