@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -173,6 +174,10 @@ def call_arguments(
         return bound
     for name, template in record.call_defaults.items():
         if name not in bound.args:
+            repeated = [p for p in re.findall(r"\{(\w+)\}", template) if isinstance(bound.args.get(p), cst.Call)]
+            if repeated:  # ``key`` defaults to ``value``: a call written twice would run twice
+                return Refusal(f"`{name}` defaults to `{repeated[0]}`, here a call that the Flax form would repeat: "
+                               f"bind it to a name first and pass that")
             value = expand_template(template, bound.args, ctx, strict=False)
             if isinstance(value, Refusal):
                 return value
