@@ -52,23 +52,30 @@ class MaskFacts:
 
     takes_mask: bool | None = None
     output: str | None = None
+    #: the class builds a layer that makes masks (``mask_zero=True``): its output may carry one
+    #: even without masking support (Keras leaves an inner layer's mask on the returned tensor)
+    makes_masks: bool = False
 
 
 def mask_facts(cls: ast.ClassDef) -> MaskFacts:
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     call = methods.get("call")
     takes_mask = _has_param(call, "mask") if call is not None else None
+    makes = any(
+        isinstance(node, ast.keyword) and node.arg == "mask_zero" and not (isinstance(node.value, ast.Constant) and node.value.value is False)
+        for node in ast.walk(cls)
+    )
     compute = methods.get("compute_mask")
     if compute is not None:
-        return MaskFacts(takes_mask, _compute_mask_output(compute))
+        return MaskFacts(takes_mask, _compute_mask_output(compute), makes)
     supports = [
         node.value.value for node in ast.walk(cls)
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
         and any(isinstance(t, ast.Attribute) and t.attr == "supports_masking" for t in node.targets)
     ]
     if supports:
-        return MaskFacts(takes_mask, "input" if all(v is True for v in supports) else "unknown")
-    return MaskFacts(takes_mask, None)
+        return MaskFacts(takes_mask, "input" if all(v is True for v in supports) else "unknown", makes)
+    return MaskFacts(takes_mask, None, makes)
 
 
 def _compute_mask_output(fn: ast.FunctionDef) -> str:
@@ -86,14 +93,15 @@ def _compute_mask_output(fn: ast.FunctionDef) -> str:
 def class_masks(info: PackageInfo, name: str) -> MaskFacts:
     """``name``'s mask facts, the unsaid ones taken from its package bases (Keras' ``Layer``:
     no ``mask`` parameter, no masking support)."""
-    takes, output, seen = None, None, set()
+    takes, output, makes, seen = None, None, False, set()
     while name in info.classes and name not in seen:
         seen.add(name)
         cls = info.classes[name]
         takes = cls.masks.takes_mask if takes is None else takes
         output = cls.masks.output if output is None else output
+        makes = makes or cls.masks.makes_masks
         name = next((b for b in cls.bases if b in info.classes), "")
-    return MaskFacts(bool(takes), output or "none")
+    return MaskFacts(bool(takes), output or "none", makes)
 
 
 @dataclass

@@ -13,7 +13,9 @@ does not pass one, ``mask=<name>`` is added (the layer tables then map it); wher
 cannot be written there (an expression, a branch that may or may not set it, a layer whose
 masking this rule does not model) the call gets a TODO instead. Masks the caller attaches to
 ``call``'s own inputs are not followed across classes; a masked value handed to a package
-class whose layers may read it leaves a TODO at that call.
+class whose layers may read it leaves a TODO at that call, and the output of a package class
+that makes masks inside (``mask_zero=True``) counts as carrying an unknown one: Keras leaves an
+inner layer's mask on the tensor a layer returns.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from tern.package import class_masks
+from tern.package import MaskFacts, class_masks
 from tern.render import code, commas
 from tern.rule import Rule
 
@@ -42,6 +44,7 @@ class Handling:
     output: str = "none"  # "input", "none", "unknown", "sequences" (an RNN's: "input" when return_sequences=True)
     reads: bool = False
     todo: str | None = None  # why a mask it reads cannot be passed explicitly
+    makes: bool = False  # its output may carry a mask made inside it, whatever its input's
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,15 @@ def _handling(ctx, ref) -> Handling:
         return Handling(output=UNKNOWN if source in data.unknown else "none")
     if ref.package_class is not None:
         facts = class_masks(ctx.package, ref.package_class)
+        makers = frozenset(n for n in ctx.package.classes if class_masks(ctx.package, n).makes_masks)
+        makes = facts.output == "none" and (facts.makes_masks or ctx.package.reaches(ref.package_class, makers))
+        if makes:  # no masking support of its own, but an inner layer's mask stays on what it returns
+            facts = MaskFacts(facts.takes_mask, "unknown", True)
         readers = _reader_tails() | {n for n in ctx.package.classes if class_masks(ctx.package, n).takes_mask}
         if ctx.package.reaches(ref.package_class, frozenset(readers)):
-            return Handling(output=facts.output, reads=True,
+            return Handling(output=facts.output, reads=True, makes=makes,
                             todo=f"Keras attaches the mask to the input of {ref.package_class}, whose layers may read it; pass it on by hand")
-        return Handling(output=facts.output, reads=facts.takes_mask)
+        return Handling(output=facts.output, reads=facts.takes_mask, makes=makes)
     return Handling()
 
 
@@ -235,7 +242,7 @@ class _Flow:
             if handling.todo is not None and (read or attached) is not None:
                 self.plan[id(node)] = Unsure(construct, handling.todo)
             elif attached is UNKNOWN:
-                self.plan[id(node)] = Unsure(construct, "Keras hands this layer the mask of its input, which tern cannot write here (set in a branch or computed); pass mask= by hand")
+                self.plan[id(node)] = Unsure(construct, "Keras hands this layer the mask of its input, which tern cannot write here (set in a branch, computed, or made inside another layer); pass mask= by hand")
             elif attached is not None:
                 self.plan[id(node)] = PassMask(attached)
         if (given is not None or isinstance(self.plan.get(id(node)), PassMask)) and ref.record is not None and ref.built is not None:
@@ -248,6 +255,8 @@ class _Flow:
             self.sources.add(node.func.attr.value)
             return cst.Comparison(first, [cst.ComparisonTarget(cst.NotEqual(), cst.Integer("0"))])
         output = _sequences(ref) if handling.output == "sequences" else handling.output
+        if handling.makes:
+            return UNKNOWN
         if previous is None or output == "none":
             return None
         return previous if output == "input" else UNKNOWN
