@@ -142,25 +142,13 @@ def stateless_lambda(ctx, layer: Stateless) -> cst.BaseExpression | Refusal:
         return body
     if (
         isinstance(body, cst.Call) and len(body.args) == 1 and body.args[0].keyword is None and not body.args[0].star
-        and m.matches(body.args[0].value, m.Name("inputs")) and not _mentions(body.func, "inputs")
+        and m.matches(body.args[0].value, m.Name("inputs")) and not m.findall(body.func, m.Name("inputs"))
     ):
         return body.func
     return cst.Lambda(
         params=cst.Parameters(params=[cst.Param(cst.Name("inputs"))]),
         body=body,
     )
-
-
-def _mentions(node: cst.CSTNode, name: str) -> bool:
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-    node.visit(V())
-    return bool(found)
 
 
 def call_arguments(

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 
-from tern.package import MaskFacts, class_masks
+from tern.package import class_masks
 from tern.render import code, commas
 from tern.rule import Rule
 
@@ -80,7 +81,22 @@ class Unsure:
     reason: str
 
 
-def _handling(ctx, ref) -> Handling:
+@dataclass(frozen=True)
+class _Package:
+    """The package's classes that read masks (a table reader, or a ``call`` taking ``mask``) and
+    that make them (``mask_zero=True`` inside): worked out once per class analysis."""
+
+    readers: frozenset[str]
+    makers: frozenset[str]
+
+    @classmethod
+    def of(cls, info) -> _Package:
+        facts = {name: class_masks(info, name) for name in info.classes}
+        return cls(_reader_tails() | {n for n, f in facts.items() if f.takes_mask},
+                   frozenset(n for n, f in facts.items() if f.makes_masks))
+
+
+def _handling(ctx, ref, package: _Package) -> Handling:
     if ref.many or ref.sequential:
         return Handling(output=UNKNOWN, reads=True, todo="Keras hands the mask from layer to layer inside it; pass it to each by hand")
     if ref.record is not None:
@@ -93,15 +109,13 @@ def _handling(ctx, ref) -> Handling:
         return Handling(output=UNKNOWN if source in data.unknown else "none")
     if ref.package_class is not None:
         facts = class_masks(ctx.package, ref.package_class)
-        makers = frozenset(n for n in ctx.package.classes if class_masks(ctx.package, n).makes_masks)
-        makes = facts.output == "none" and (facts.makes_masks or ctx.package.reaches(ref.package_class, makers))
-        if makes:  # no masking support of its own, but an inner layer's mask stays on what it returns
-            facts = MaskFacts(facts.takes_mask, "unknown", True)
-        readers = _reader_tails() | {n for n in ctx.package.classes if class_masks(ctx.package, n).takes_mask}
-        if ctx.package.reaches(ref.package_class, frozenset(readers)):
-            return Handling(output=facts.output, reads=True, makes=makes,
+        # no masking support of its own, but an inner layer's mask stays on what it returns
+        makes = facts.output == "none" and (facts.makes_masks or ctx.package.reaches(ref.package_class, package.makers))
+        output = "unknown" if makes else facts.output
+        if ctx.package.reaches(ref.package_class, package.readers):
+            return Handling(output=output, reads=True, makes=makes,
                             todo=f"Keras attaches the mask to the input of {ref.package_class}, whose layers may read it; pass it on by hand")
-        return Handling(output=facts.output, reads=facts.takes_mask, makes=makes)
+        return Handling(output=output, reads=facts.takes_mask, makes=makes)
     return Handling()
 
 
@@ -114,22 +128,12 @@ def _writable(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Attribute) and _writable(node.value)
 
 
-def _names(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.add(n.value)
-
-    node.visit(V())
-    return found
-
-
 class _Flow:
     """Masks per local name through one ``call`` body, and what each layer call needs."""
 
     def __init__(self, ctx, info):
         self.ctx, self.info = ctx, info
+        self.package = _Package.of(ctx.package)
         self.masks: dict[str, object] = {}  # name -> cst mask | UNKNOWN (absent: no mask)
         self.plan: dict[int, PassMask | Unsure] = {}
         self.sources: set[str] = set()  # Embedding(mask_zero=True) attributes whose masks this plan follows
@@ -168,7 +172,7 @@ class _Flow:
         if isinstance(target, cst.Name):
             name = target.value
             for other, held in list(self.masks.items()):
-                if held is not UNKNOWN and name in _names(held):
+                if held is not UNKNOWN and any(n.value == name for n in m.findall(held, m.Name())):
                     self.masks[other] = UNKNOWN  # the mask's name now holds something else
             if mask is None:
                 self.masks.pop(name, None)
@@ -236,7 +240,7 @@ class _Flow:
                 attached = mask
             if mask is not None and (i < 3 and arg.keyword is None or arg.keyword is not None and arg.keyword.value in ("query", "value", "key")):
                 read = read or mask
-        handling = _handling(self.ctx, ref)
+        handling = _handling(self.ctx, ref, self.package)
         construct = f"mask of {code(node.func)}"
         if given is None and handling.reads:
             if handling.todo is not None and (read or attached) is not None:
