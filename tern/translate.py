@@ -104,6 +104,7 @@ class Translator(cst.CSTTransformer):
         self._edit_marks: list[int] = []
         self._edit_mark = 0
         self._not_refs: set[int] = set()
+        self._compared: set[int] = set()  # operands of ==, is, in: identity matters there
         self._touched_source = [False]
         self._pending_at: list[int] = []
         self._headers: list[cst.CSTNode] = []  # if/for/while/with statements being visited
@@ -256,6 +257,10 @@ class Translator(cst.CSTTransformer):
 
     def visit_Param(self, node: cst.Param) -> None:
         self._not_refs.add(id(node.name))
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        self._compared.add(id(node.left))
+        self._compared.update(id(target.comparator) for target in node.comparisons)
 
     # -- calls -------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -438,6 +443,10 @@ class Translator(cst.CSTTransformer):
             ctx.edit(record.rule_id, original, out)
             return out
         value = ctx.tables.value("activation", name) if record is not None else None
+        if value is not None and value.target != "None" and id(original) in self._compared and "(" in value.target:
+            ctx.todo(_short_name(name), f"compared as a value: its JAX spelling `{value.target}` is a new object "
+                     "wherever it is written, so == and `is` against it never hold; compare a name bound once")
+            return updated
         if value is not None and value.target != "None":
             # an activation passed uncalled (``activation=keras.activations.gelu``): the function
             # with Keras' defaults bound, as the activation table writes it

@@ -270,6 +270,14 @@ def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
     return out
 
 
+def _translated_params(stmts) -> dict[str, cst.Param]:
+    """The constructor's parameters after translation (defaults such as ``keras.activations.relu``)."""
+    for stmt in stmts:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
+            return {p.name.value: p for p in (*stmt.params.params, *stmt.params.kwonly_params)}
+    return {}
+
+
 def _annotation(param: cst.Param) -> str:
     default = param.default
     kind = "typing.Any"
@@ -366,7 +374,9 @@ class KerasClassRule(Rule):
         if stmts and m.matches(stmts[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
             docstring = [stmts.pop(0)]
         fields = []
+        translated = _translated_params(stmts)
         for param in info.params:
+            param = translated.get(param.name.value, param)  # its default as the rules left it
             annotation = _annotation(param)
             if annotation == "typing.Any":
                 ctx.plan.spell("typing")
