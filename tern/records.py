@@ -56,6 +56,7 @@ class ApiRecord:
     signature: Signature
     target: str | None = None
     template: str | None = None
+    constant: str | None = None  # a Python literal the name stands for (``Reduction.AUTO`` -> ``"auto"``)
     todo: str = ""
     note: str = ""
     origin: str = ""
@@ -235,6 +236,7 @@ def _api(raw: dict[str, Any], origin: str) -> ApiRecord:
         signature=_signature(raw),
         target=raw.get("target"),
         template=raw.get("template"),
+        constant=raw.get("constant"),
         todo=raw.get("todo", ""),
         note=raw.get("note", ""),
         origin=origin,

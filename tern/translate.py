@@ -438,6 +438,10 @@ class Translator(cst.CSTTransformer):
         if record is not None and record.todo:
             ctx.todo(_short_name(name), record.todo)
             return updated
+        if record is not None and record.constant is not None:
+            out = cst.parse_expression(record.constant)
+            ctx.edit(record.rule_id, original, out)
+            return out
         if record is not None and record.target is not None and (record.is_name or _plain(record)):
             out = expand_template(record.target, {}, ctx) if record.target.startswith("{support:") else ctx.target_name(record.target)
             ctx.edit(record.rule_id, original, out)

@@ -142,6 +142,8 @@ def _api_row(r, alias) -> tuple[str, str]:
     """(translated to, notes) of an ``[[api]]``-shaped record."""
     if r.todo:
         return "left with TODO: " + _prose(r.todo), _prose(r.note) if r.note else ""
+    if getattr(r, "constant", None) is not None:
+        return f"`{r.constant}`", _prose(r.note) if r.note else ""
     target = _expression(r.template if r.template is not None else r.target, alias)
     return target, _notes(r.signature.defaults, r.signature.unsupported, r.note, alias)
 

@@ -76,10 +76,17 @@ def source_object(name: str):
     if parts[0] == "tensorflow":
         obj = tf
     elif parts[0] == "keras":
-        obj = keras
+        try:
+            return _attribute_path(keras, parts[1:])
+        except AttributeError:  # legacy helpers tf.keras keeps (tf.keras.backend.sum), not in keras 3
+            return _attribute_path(tf.keras, parts[1:])
     else:
         raise AssertionError(f"{name}: source names start with tensorflow. or keras.")
-    for part in parts[1:]:
+    return _attribute_path(obj, parts[1:])
+
+
+def _attribute_path(obj, parts):
+    for part in parts:
         obj = getattr(obj, part)
     return obj
 
@@ -187,6 +194,10 @@ def test_source_and_aliases_exist(record: ApiRecord):
 def test_params_match_live_signature(record: ApiRecord):
     sig = record.signature
     obj = source_object(record.source)
+    if record.constant is not None:  # a name for a literal: the literal is the source's value
+        assert ast.literal_eval(record.constant) == obj, f"{record.source} is {obj!r}, not {record.constant}"
+        assert record.target is None and record.template is None and not sig.params
+        return
     if not sig.params and record.template is None:
         assert record.target, "a name record has a target"
         if isinstance(obj, type) and not isinstance(obj, tf.dtypes.DType):  # a type for annotations and isinstance
@@ -242,6 +253,8 @@ def test_keys_refer_to_params(record: ApiRecord):
     assert 0 <= sig.positional <= max(len(sig.params), 1)
     if record.todo and record.target is None and record.template is None:
         assert sig.params, f"{record.source}: a never-translated call still lists its params"
+    elif record.constant is not None:
+        assert record.target is None and record.template is None, "a constant record has no target or template"
     elif record.template is not None:
         assert record.target is None, "a record has a target or a template, not both"
         # template defaults are values for SOURCE params that were not passed
