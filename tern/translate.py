@@ -228,12 +228,12 @@ class Translator(cst.CSTTransformer):
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         """What the header of an if/for/while/with raised stands above that statement, not
         above the first statement of its body: held while the body is visited."""
-        if self._headers and self._headers[-1].body is node:
+        if self._headers and node in _header_blocks(self._headers[-1]):
             self._held.append(self.ctx.pending)
             self.ctx.pending = []
 
     def leave_IndentedBlock(self, original, updated):
-        if self._headers and self._headers[-1].body is original:
+        if self._headers and original in _header_blocks(self._headers[-1]):
             self.ctx.pending = self._held.pop() + self.ctx.pending
         return updated
 
@@ -573,6 +573,13 @@ class Translator(cst.CSTTransformer):
             if res is not None:
                 updated = res
         return updated
+
+
+def _header_blocks(header: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """The blocks of an if/for/while/with: its body and its ``else:`` body (not an ``elif``,
+    which is a header of its own)."""
+    orelse = getattr(header, "orelse", None)
+    return (header.body, orelse.body) if isinstance(orelse, cst.Else) else (header.body,)
 
 
 def _plain(record: ApiRecord) -> bool:
