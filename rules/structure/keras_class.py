@@ -254,6 +254,39 @@ class _ParamsToFields(cst.CSTTransformer):
         return original.with_changes(target=updated.target) if not isinstance(original.target, cst.Name) else original
 
 
+_LIST_MUTATORS = frozenset({"append", "insert", "extend", "pop", "remove", "sort", "reverse", "clear"})
+
+
+def _mutated(body: cst.CSTNode, names: set[str]) -> set[str]:
+    """Parameters ``body`` changes in place (``thresholds.insert(0, x)``, ``sizes[0] = 1``)."""
+    out: set[str] = set()
+    for call in m.findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+        if call.func.value.value in names and call.func.attr.value in _LIST_MUTATORS:
+            out.add(call.func.value.value)
+    for target in m.findall(body, m.AssignTarget(target=m.Subscript(value=m.Name()))):
+        if target.target.value.value in names:
+            out.add(target.target.value.value)
+    return out
+
+
+def _list_params(init: cst.FunctionDef, names: set[str]) -> set[str]:
+    """Parameters whose list-ness the constructor relies on: annotated as lists, or changed in
+    place. Flax keeps a list given to a field as a tuple (``sorted(t) != t`` would then always
+    hold, ``t.insert`` would fail), so the constructor's code reads a list copy of the field."""
+    out = _mutated(init.body, names)
+    for param in (*init.params.params, *init.params.kwonly_params):
+        if param.name.value in names and param.annotation is not None:
+            hint = param.annotation.annotation
+            hint = hint.value if isinstance(hint, cst.Subscript) else hint
+            if m.matches(hint, m.Name("list") | m.Name("List") | m.Attribute(attr=m.Name("List"))):
+                out.add(param.name.value)
+    return out
+
+
+def _list_copies(names) -> list[cst.BaseStatement]:
+    return [cst.parse_statement(f"{p} = list(self.{p}) if isinstance(self.{p}, tuple) else self.{p}\n") for p in sorted(names)]
+
+
 def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
     out: set[str] = set()
 
@@ -439,10 +472,11 @@ class KerasClassRule(Rule):
         ]
         if not kept:
             return None
-        rebound = _rebound(init.body, params)
+        lists = _list_params(init, params) & _names_in(kept)
+        rebound = _rebound(init.body, params) - lists
         block = cst.IndentedBlock(kept)
-        block = block.visit(_ParamsToFields(params - rebound))
-        prelude = [cst.parse_statement(f"{p} = self.{p}\n") for p in sorted(rebound)]
+        block = block.visit(_ParamsToFields(params - rebound - lists))
+        prelude = _list_copies(lists) + [cst.parse_statement(f"{p} = self.{p}\n") for p in sorted(rebound)]
         return init.with_changes(
             name=cst.Name("setup"),
             params=cst.Parameters([cst.Param(cst.Name(SELF))]),
@@ -514,15 +548,18 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str]) -> tuple[cst.Fu
     would pass construction silently. A check moves when it reads constructor parameters only
     (and builtins) and does nothing but raise; ``__post_init__`` reads the fields."""
     rebound = _rebound(init.body, params)
-    checks, kept = [], []
+    lists = _list_params(init, params)
+    checks, kept, changed = [], [], set()
     for stmt in init.body.body:
-        if _is_argument_check(stmt, params - rebound):
-            checks.append(stmt.visit(_ParamsToFields(params)))
+        if _is_argument_check(stmt, params - rebound - changed):
+            checks.append(stmt.visit(_ParamsToFields(params - lists)))
         else:
             kept.append(stmt)
+            changed |= _mutated(stmt, params)
     if not checks:
         return init, None
-    body = [*checks, cst.parse_statement("super().__post_init__()\n")]
+    copies = _list_copies(lists & set().union(*(_names_in([c]) for c in checks)))
+    body = [*copies, *checks, cst.parse_statement("super().__post_init__()\n")]
     post_init = cst.FunctionDef(
         name=cst.Name("__post_init__"), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
         body=cst.IndentedBlock(body), leading_lines=init.leading_lines,
@@ -541,6 +578,10 @@ def _is_argument_check(stmt: cst.CSTNode, params: set[str]) -> bool:
 
 
 _BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+def _names_in(stmts) -> set[str]:
+    return {n.value for stmt in stmts for n in _names_read(stmt)}
 
 
 def _names_read(node: cst.CSTNode) -> list[cst.Name]:
@@ -598,8 +639,9 @@ def _field_conflicts(cls: cst.ClassDef, params: set[str]) -> dict[str, str]:
     if init is None:
         return {}
     out = {}
+    mutated = _mutated(init.body, params)
     for attr, value in _assignments(init.body):
-        if attr in params and not m.matches(value, m.Name(attr)):
+        if attr in params and (not m.matches(value, m.Name(attr)) or attr in mutated):
             out[attr] = f"_{attr}"
     return out
 
