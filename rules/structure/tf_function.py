@@ -40,6 +40,19 @@ class _Control(cst.CSTVisitor):
         return False
 
 
+class _GraphConds(cst.CSTTransformer):
+    """A graph function traces both branches of ``tf.cond`` in TF as well: ``jax.lax.cond``
+    says so directly (``eager_cond`` is for eager code, where TF runs one branch)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def leave_Call(self, original, updated):
+        if m.matches(updated.func, m.Name("eager_cond")) and len(updated.args) == 3:
+            return updated.with_changes(func=self.ctx.target_expr("jax.lax.cond"))
+        return updated
+
+
 def _static(params: cst.Parameters) -> list[str]:
     out = []
     for p in (*params.params, *params.kwonly_params):
@@ -63,6 +76,7 @@ class TfFunctionRule(Rule):
             return None
         i = hits[0]
         in_class = ctx.frame is not None and ctx.frame.in_module_method
+        updated = updated.visit(_GraphConds(ctx))
         control = _Control()
         updated.body.visit(control)
         if in_class or control.reason:
