@@ -12,12 +12,12 @@ from tern.datasets import FileDatasets
 from tern.names import Scopes
 from tern.package import PackageInfo
 from tern.records import Tables
-from tern.render import code
+from tern.render import RNG_KEYS, code
 from tern.report import Edit, Note, Todo
 from tern.targets import ImportPlan, respell
 
 # Flax RNG stream used for randomness that is not dropout (sampling layers, noise).
-NOISE_STREAM = "noise"
+NOISE_STREAM = RNG_KEYS["key"]
 #: dtype strings tf.as_dtype reads as another name
 DTYPE_STRING_ALIASES = {"float": "float32", "double": "float64", "half": "float16"}
 
@@ -138,14 +138,14 @@ class FileContext:
     def keras_class(self):
         return self.classes[-1] if self.classes else None
 
-    def rng_key(self) -> cst.BaseExpression | Refusal:
-        """An explicit PRNG key where the context has one to give."""
+    def rng_key(self, stream: str = NOISE_STREAM) -> cst.BaseExpression | Refusal:
+        """An explicit PRNG key where the context has one to give; inside a module, from ``stream``."""
         if self.is_test:
             self.rng_counter += 1
             return self.target_expr(f"jax.random.key({self.rng_counter})")
         frame = self.frame
         if frame is not None and frame.in_module_method:
-            return cst.parse_expression(f'self.make_rng("{NOISE_STREAM}")')
+            return cst.parse_expression(f'self.make_rng("{stream}")')
         sig = self.package.train.get(frame.name) if frame is not None and len(self.frames) == 1 else None
         if sig is not None:
             return self._state_key(frame, sig)

@@ -123,6 +123,37 @@ def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
     return convert
 
 
+def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
+    """TF's ``ksize``/``strides`` of an ``n``-D pool (``None``: ``tf.nn.max_pool``, whose rank is
+    the input's) as flax.linen's spatial tuple. TF takes an int, or a list of 1, n or n + 2 ints
+    whose first and last (batch and channels, NHWC) must be 1. A literal is converted here; a
+    variable at run time by ``tf_pool_window`` (rules/support), which fails loudly on what it
+    cannot read."""
+
+    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+        value = _literal(node)
+        if value is _NOT_LITERAL:
+            return cst.parse_expression(f"tf_pool_window({_code(node)}{'' if n is None else f', {n}'})")
+        if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            spatial = n if n is not None else {2: 2, 4: 2, 5: 3}.get(len(value))
+            if spatial is not None and len(value) == spatial + 2:
+                if value[0] != 1 or value[-1] != 1:
+                    return Refusal(f"`{_code(node)}` pools over the batch or channels (NHWC): flax pools spatial dims only")
+                value = value[1:-1]
+            elif spatial is not None and len(value) == 1:
+                value = list(value) * spatial
+            if spatial is not None and len(value) == spatial:
+                return cst.parse_expression("(" + ", ".join(map(str, value)) + ("," if spatial == 1 else "") + ")")
+        elif isinstance(value, int) and not isinstance(value, bool) and n is not None:
+            return cst.parse_expression("(" + ", ".join([str(value)] * n) + ("," if n == 1 else "") + ")")
+        if n is None:
+            return Refusal(f"`{_code(node)}` does not say how many spatial dims tf.nn's pool has (the input's rank): "
+                           "use tf.nn.max_pool2d (avg_pool2d, ...) or a [1, ..., 1] list")
+        return Refusal(f"`{_code(node)}` is not an int or a list of 1, {n} or {n + 2} ints")
+
+    return convert
+
+
 def negate(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     value = _literal(node)
     if isinstance(value, bool):
@@ -187,4 +218,8 @@ CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = 
     "tuple3": _tuple_of(3),
     "negate": negate,
     "regularizer": regularizer,
+    "tf_window": _tf_window(None),
+    "tf_window1": _tf_window(1),
+    "tf_window2": _tf_window(2),
+    "tf_window3": _tf_window(3),
 }

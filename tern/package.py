@@ -15,7 +15,7 @@ from tern.compiled_models import ModelFacts, analyse as analyse_models, scan_mod
 from tern.datasets import PackageDatasets, scan_module as scan_datasets
 from tern.train_steps import TrainSig, analyse
 
-KERAS_BASES = {"Layer", "Model"}
+KERAS_BASES = {"Layer", "Model", "BaseRandomLayer"}  # tails: BaseRandomLayer is Keras 2's seeded Layer
 
 
 @dataclass(frozen=True)

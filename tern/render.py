@@ -15,6 +15,10 @@ from tern.records import DROP, Signature
 LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size"}
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: template placeholders that ask the context for a PRNG key, and the Flax RNG stream a module draws it
+#: from: ``{key}`` for noise and sampling, ``{dropout_key}`` for dropout-like masks (Keras' random_bernoulli,
+#: a BaseRandomLayer's generator), the stream a Flax training step already passes (``rngs={"dropout": k}``)
+RNG_KEYS = {"key": "noise", "dropout_key": "dropout"}
 _TABLE = re.compile(r"\{table:(\w+)\}")
 _SUPPORT = re.compile(r"\{support:(\w+)\}")
 _SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
@@ -250,24 +254,25 @@ def expand_template(
     def span(match: re.Match) -> str:
         inner = match.group(1)
         needed = _PLACEHOLDER.findall(inner)
-        return inner if all(n in values or n == "key" for n in needed) else ""  # {key}: always available
+        return inner if all(n in values or n in RNG_KEYS for n in needed) else ""  # {key}: always available
 
     text = _SPAN.sub(span, template)
     if strict:
         unused = sorted(n for n in given if "{" + n + "}" not in text)
         if unused:  # an argument the translation would silently lose
             return Refusal(f"argument `{unused[0]}` has no place in the translation")
-    missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n != "key"]
+    missing = [n for n in _PLACEHOLDER.findall(text) if n not in values and n not in RNG_KEYS]
     if missing:
         return Refusal(f"required argument `{missing[0]}` not given")
     # only now, for the spans kept and the alternative chosen, ask for tables and support code
     text = _TABLE.sub(lambda mt: _table_name(ctx, mt.group(1)), text)
     text = _SUPPORT.sub(lambda mt: mt.group(1), text)  # imported from the package's support module
-    if "{key}" in text and "key" not in values:  # a param named `key` (MHA) is not the PRNG key
-        key = ctx.rng_key()
-        if isinstance(key, Refusal):
-            return key
-        values["key"] = key
+    for placeholder, stream in RNG_KEYS.items():
+        if "{" + placeholder + "}" in text and placeholder not in values:  # a param named `key` (MHA) is not the PRNG key
+            key = ctx.rng_key(stream)
+            if isinstance(key, Refusal):
+                return key
+            values[placeholder] = key
     placeholders = {n: f"__tern_{n}__" for n in _PLACEHOLDER.findall(text)}
     skeleton_text = _PLACEHOLDER.sub(lambda m: placeholders[m.group(1)], text)
     skeleton = ctx.target_expr(skeleton_text)
@@ -286,3 +291,21 @@ class _FoldLiteralConditions(cst.CSTTransformer):
                 return chosen.with_changes(lpar=updated.lpar, rpar=updated.rpar)
             return chosen
         return updated
+
+
+def api_call(ctx, record, call: cst.Call) -> cst.BaseExpression | Refusal:
+    """The translation of ``call`` (its arguments already translated) by an ``[[api]]`` record
+    with a target or template, parenthesized when it is not atomic (``a * b + c``); used by the
+    engine for names it resolves and by rules for calls only they recognize (a BaseRandomLayer's
+    ``self._random_generator.random_uniform(...)``)."""
+    bound = bind(call, record.signature.params)
+    if isinstance(bound, Refusal):
+        return bound
+    mapped = map_arguments(record.signature, bound, ctx)
+    if isinstance(mapped, Refusal):
+        return mapped
+    if record.template is not None:
+        out = expand_template(record.template, mapped, ctx, record.signature.defaults)
+    else:
+        out = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+    return out if isinstance(out, Refusal) else _wrap(out)

@@ -23,7 +23,7 @@ from tern.layers import Stateless, apply_stateless, call_arguments, construct, s
 from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
 from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.records import ApiRecord, Tables, tables as default_tables
-from tern.render import commas, bind, build_call, code, expand_template, map_arguments
+from tern.render import api_call, commas, bind, code, expand_template
 from tern.report import TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.rule import consumed_names, discover
 from tern.support_module import SUPPORT_MODULE, import_statement, names as support_names
@@ -397,19 +397,9 @@ class Translator(cst.CSTTransformer):
             return self._refuse(original, short, record.todo)
         if record.is_name:
             return updated.with_changes(func=ctx.target_name(record.target))  # e.g. tf.float32(1)
-        bound = bind(updated, record.signature.params)
-        if isinstance(bound, Refusal):
-            return self._refuse(original, short, bound.reason)
-        mapped = map_arguments(record.signature, bound, ctx)
-        if isinstance(mapped, Refusal):
-            return self._refuse(original, short, mapped.reason)
-        if record.template is not None:
-            out = expand_template(record.template, mapped, ctx, record.signature.defaults)
-        else:
-            out = build_call(ctx.target_name(record.target), record.signature, bound, mapped, ctx)
+        out = api_call(ctx, record, updated)
         if isinstance(out, Refusal):
             return self._refuse(original, short, out.reason)
-        out = _parenthesize(out)
         ctx.edit(record.rule_id, original, out)
         return out
 
@@ -590,20 +580,6 @@ def _plain(record: ApiRecord) -> bool:
     return record.template is None and not sig.defaults and not sig.unsupported and not sig.convert and all(
         v == k or k in lead for k, v in sig.rename.items() if v != "-"
     )
-
-
-_ATOMIC = (
-    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString,
-    cst.Tuple, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp,
-)
-
-
-def _parenthesize(node: cst.BaseExpression) -> cst.BaseExpression:
-    """A template result may be ``a * b + c``: inside a larger expression it needs parens.
-    ``_Unparen`` takes them off again where the expression stands alone."""
-    if isinstance(node, _ATOMIC) or node.lpar:
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _unparen_value(original, updated):

@@ -33,13 +33,16 @@ import pytest
 
 import keras  # noqa: E402  (after TF would also work; keras 3 is standalone)
 import tensorflow as tf
+import tf_keras  # Keras 2 APIs Keras 3 dropped (keras.backend.random_bernoulli, BaseRandomLayer's RandomGenerator); tern reads tf_keras as keras
 
 from tern.records import DROP, ApiRecord, load_tables
+from tern.render import RNG_KEYS
 from tern.support_module import definitions as support_definitions
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 API_DIR = RULES / "api"
-CONVERTERS = {"activation", "initializer", "dtype", "padding", "tuple1", "tuple2", "tuple3", "negate"}
+CONVERTERS = {"activation", "initializer", "dtype", "padding", "tuple1", "tuple2", "tuple3", "negate",
+              "tf_window", "tf_window1", "tf_window2", "tf_window3"}
 TARGET_ROOTS = ("jax", "flax", "optax", "numpy")
 DOTTED = re.compile(r"(?<![\w.])(?:jax|flax|optax|numpy)(?:\.\w+)+")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -47,7 +50,9 @@ SPAN = re.compile(r"\[\[(.*?)\]\]", re.S)
 SUPPORT = re.compile(r"\{support:(\w+)\}")
 SUPPORT_DIR = RULES / "support"
 KERAS_SOURCES = ("keras.ops.", "keras.optimizers.", "keras.losses.", "keras.metrics.", "keras.regularizers.", "keras.callbacks.",
-                 "keras.backend.", "keras.activations.", "keras.layers.", "keras.utils.", "keras.initializers.")
+                 "keras.backend.", "keras.activations.", "keras.layers.", "keras.utils.", "keras.initializers.",
+                 "keras.src.backend.RandomGenerator.")
+RNG_PLACEHOLDERS = set(RNG_KEYS)  # template placeholders for PRNG keys, not params
 
 TABLES = load_tables(RULES)
 MY_FILES = sorted(p.name for p in API_DIR.glob("*.toml"))
@@ -76,10 +81,11 @@ def source_object(name: str):
     if parts[0] == "tensorflow":
         obj = tf
     elif parts[0] == "keras":
-        try:
-            return _attribute_path(keras, parts[1:])
-        except AttributeError:  # legacy helpers tf.keras keeps (tf.keras.backend.sum), not in keras 3
-            return _attribute_path(tf.keras, parts[1:])
+        # keras 3 first; then what tf.keras keeps of Keras 2 (tf.keras.backend.sum), then tf_keras
+        # (keras.__internal__.layers.BaseRandomLayer)
+        for obj in (keras, tf.keras, tf_keras):
+            if _has_path(obj, parts[1:]):
+                break
     else:
         raise AssertionError(f"{name}: source names start with tensorflow. or keras.")
     return _attribute_path(obj, parts[1:])
@@ -89,6 +95,14 @@ def _attribute_path(obj, parts):
     for part in parts:
         obj = getattr(obj, part)
     return obj
+
+
+def _has_path(obj, parts) -> bool:
+    for part in parts:
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
 
 
 def target_object(name: str):
@@ -109,10 +123,14 @@ def target_object(name: str):
 
 
 def live_params(fn) -> tuple[list[str], bool]:
-    """Parameter names in order (``*args`` included by name) and whether ``**kwargs`` exists."""
+    """Parameter names in order (``*args`` included by name) and whether ``**kwargs`` exists;
+    a method taken from its class (``RandomGenerator.random_uniform``) without ``self``."""
     sig = inspect.signature(fn)
     names, var_kw = [], False
-    for p in sig.parameters.values():
+    method = inspect.isfunction(fn) and "." in fn.__qualname__ and "<locals>" not in fn.__qualname__
+    for i, p in enumerate(sig.parameters.values()):
+        if method and i == 0 and p.name == "self":
+            continue
         if p.kind is inspect.Parameter.VAR_KEYWORD:
             var_kw = True
         else:
@@ -281,7 +299,7 @@ def test_dotted_target_names_resolve(record: ApiRecord):
 @pytest.mark.parametrize("record", [r for r in RECORDS if r.template], ids=[r.source for r in RECORDS if r.template])
 def test_template_is_python(record: ApiRecord):
     sig = record.signature
-    params = set(sig.params) | {"key"}
+    params = set(sig.params) | RNG_PLACEHOLDERS
     for template in alternatives(record):
         _check_template(record, sig, params, template)
 
@@ -297,7 +315,7 @@ def _check_template(record, sig, params, template):
     used = set(PLACEHOLDER.findall(template))
     assert used <= params, f"{record.source}: unknown placeholders {sorted(used - params)}"
     # every placeholder outside spans must be a param the caller always passes or has a default
-    outside = set(PLACEHOLDER.findall(SPAN.sub("", template))) - {"key"}
+    outside = set(PLACEHOLDER.findall(SPAN.sub("", template))) - RNG_PLACEHOLDERS
     dropped = {k for k, v in sig.rename.items() if v == DROP} | set(sig.unsupported)
     if sig.params and sig.params[0] in sig.unsupported:
         dropped.discard(sig.params[0])  # an always-refused record: the template is never used

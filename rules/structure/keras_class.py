@@ -28,7 +28,10 @@ from tern.convert import CONVERTERS, Refusal
 from tern.render import code
 from tern.rule import Rule
 
-KERAS_BASES = {"keras.layers.Layer", "keras.Layer", "keras.Model", "keras.models.Model"}
+#: Keras 2's BaseRandomLayer (tf_keras, tf.keras before 2.16) is a Layer with a seeded generator,
+#: ``self._random_generator``: its draws take Flax's "dropout" stream (structure/random_generator.py)
+RANDOM_LAYER = "keras.__internal__.layers.BaseRandomLayer"
+KERAS_BASES = {"keras.layers.Layer", "keras.Layer", "keras.Model", "keras.models.Model", RANDOM_LAYER}
 DROPPED_METHODS = {"get_config", "from_config", "compute_output_shape", "compute_output_spec"}
 SELF = "self"
 
@@ -42,6 +45,7 @@ class KerasClass:
     build_assigned: set[str] = field(default_factory=set)
     build_layers: set[str] = field(default_factory=set)  # sublayers ``build`` creates: named locals of the compact ``__call__``
     has_build: bool = False
+    bases: frozenset[str] = frozenset()  # the canonical names of its TF/Keras bases
     refusal: str | None = None
     frame_depth: int = 0
     #: metric trackers of a class whose train_step/test_step tern translates (tern/step_overrides.py)
@@ -139,15 +143,17 @@ def _is_add_weight(value: cst.BaseExpression) -> bool:
 
 def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
     is_keras = False
+    bases = set()
     for base in node.bases:
         name = ctx.resolve(base.value)
         if name in KERAS_BASES:
             is_keras = True
+            bases.add(name)
         elif isinstance(base.value, cst.Name) and ctx.package.is_module_class(base.value.value):
             is_keras = True
     if not is_keras:
         return None
-    info = KerasClass(node.name.value)
+    info = KerasClass(node.name.value, bases=frozenset(bases))
     steps = ctx.package.models.steps.get(info.name)
     info.trackers = steps.trackers if steps is not None else ()
     methods = _methods(node)
