@@ -77,11 +77,22 @@ def source_object(name: str):
         obj = tf
     elif parts[0] == "keras":
         obj = keras
+        if not _has(keras, parts[1:]):
+            import tf_keras  # Keras 2, also canonical `keras`: a name Keras 3 dropped (keras.backend.count_params)
+            obj = tf_keras
     else:
         raise AssertionError(f"{name}: source names start with tensorflow. or keras.")
     for part in parts[1:]:
         obj = getattr(obj, part)
     return obj
+
+
+def _has(obj, parts) -> bool:
+    for part in parts:
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
 
 
 def target_object(name: str):
