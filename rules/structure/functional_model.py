@@ -85,6 +85,9 @@ class FunctionalModelRule(Rule):
             found = _calls_in(node.body, ctx, INPUTS | SEQUENTIALS)
             if found and found <= INPUTS:
                 frame.tags.add("stray_inputs")
+                # keyed by the frame object's id while it is alive: every stray-inputs frame writes its own entry
+                ctx.rule_state.setdefault("symbolic_why", {})[id(frame)] = \
+                    _why_symbolic(node) if ctx.is_test else "outside tests"
             return  # the package pre-pass saw no Model(...) call in it: skip the walk
         called = _calls_in(node.body, ctx, INPUTS | MODELS)
         if called & INPUTS and called & MODELS:
@@ -95,8 +98,18 @@ class FunctionalModelRule(Rule):
         """An ``Input`` in a function that builds no model (a test feeding symbolic tensors to a
         layer) stays Keras: it says so, as nothing else will translate it."""
         if ctx.frame is not None and "stray_inputs" in ctx.frame.tags and ctx.resolve(original.func) in INPUTS:
-            ctx.todo(short_name(ctx.resolve(original.func)), "a symbolic Keras tensor in a function that builds no "
-                     "model: Flax modules take arrays (call the layer on an array of that shape)")
+            construct = short_name(ctx.resolve(original.func))
+            why = ctx.rule_state.get("symbolic_why", {}).get(id(ctx.frame))
+            if why is None:
+                out = _concrete_input(ctx, updated)
+                if not isinstance(out, str):
+                    return out
+                why = out
+            if why == "outside tests":
+                ctx.todo(construct, "a symbolic Keras tensor in a function that builds no "
+                         "model: Flax modules take arrays (call the layer on an array of that shape)")
+            else:
+                ctx.todo(construct, f"a symbolic Keras tensor (unknown batch dimension) in a test that builds no model: {why}")
         return None
 
     def leave_function(self, ctx, original, updated):
@@ -185,6 +198,59 @@ def _input_specs(ctx, input_stmts, model_inputs):
         cst.Element(e, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(elements) - 1 else cst.MaybeSentinel.DEFAULT)
         for i, e in enumerate(elements)
     ])
+
+
+#: the batch a symbolic Input's unknown (None) dimension becomes in a test: 2, not 1, so that a layer cannot
+#: squeeze or broadcast the batch away where Keras' unknown dimension would have stayed
+CONCRETE_BATCH = 2
+WIDE_DTYPES = {"float64", "int64", "uint64", "complex128"}
+
+
+def _why_symbolic(fn: cst.FunctionDef) -> str | None:
+    """Why the test may observe the batch dimension Keras leaves unknown (None), or None when it cannot: every
+    ``.shape`` it reads is indexed by a literal int >= 1 (a known dimension, equal on both sides) and it takes no
+    ``len``. Then an array with a concrete batch in place of each Input leaves every assertion meaning the same."""
+    parents = m.findall(fn, m.Subscript(value=m.Attribute(attr=m.Name("shape"))))
+    for node in m.findall(fn, m.Attribute(attr=m.Name("shape"))):
+        indexed = [p for p in parents if p.value is node]
+        if len(indexed) != 1:
+            return ("it reads a whole shape (`.shape`), where Keras has None for the batch and an array a number "
+                    "(e.g. `output.shape == [None, 16, 16, 256]`): compare the known dimensions `shape[1:]` instead")
+        sub = indexed[0].slice
+        index = sub[0].slice if len(sub) == 1 and isinstance(sub[0].slice, cst.Index) else None
+        if index is None or not isinstance(index.value, cst.Integer) or int(index.value.value) < 1:
+            return "it reads a dimension that may be the batch (`.shape[0]`, a negative or computed index, a slice)"
+    if m.findall(fn, m.Call(func=m.Name("len"))):
+        return "it takes `len(...)`, which may count the batch Keras leaves unknown"
+    return None
+
+
+def _concrete_input(ctx, call: cst.Call) -> cst.BaseExpression | str:
+    """``jnp.zeros((CONCRETE_BATCH, *shape), dtype)`` for ``keras.Input(shape[, batch_size][, dtype][, name])``, or why not."""
+    args = {}
+    for i, arg in enumerate(call.args):
+        key = arg.keyword.value if arg.keyword else ("shape", "batch_size", "dtype")[i] if i < 3 else "_"
+        args[key] = arg.value
+    if set(args) - {"shape", "batch_size", "dtype", "name"}:
+        return f"arguments {sorted(set(args) - {'shape', 'batch_size', 'dtype', 'name'})} have no array counterpart"
+    shape = args.get("shape")
+    if not isinstance(shape, (cst.List, cst.Tuple)) or not all(isinstance(e.value, cst.Integer) for e in shape.elements):
+        return "the shape is not a literal list of ints (a None dimension stays unknown in Keras)"
+    batch = args.get("batch_size")
+    if batch is not None and not isinstance(batch, cst.Integer):
+        return "batch_size is not a literal int"
+    dtype = args.get("dtype")
+    if isinstance(dtype, cst.SimpleString) and dtype.evaluated_value in WIDE_DTYPES:
+        return f"dtype {dtype.evaluated_value}: JAX is 32-bit unless jax_enable_x64 is on"
+    dims = [batch.value if batch is not None else str(CONCRETE_BATCH), *(e.value.value for e in shape.elements)]
+    code = f"jax.numpy.zeros(({', '.join(dims)}{',' if len(dims) == 1 else ''}), dtype=__dtype__)"
+    out = cst.parse_expression(code)
+    dtype_node = dtype if dtype is not None else ctx.target_name("jax.numpy.float32")  # Keras' floatx
+    out = out.with_changes(
+        func=ctx.target_name("jax.numpy.zeros"),
+        args=[out.args[0], out.args[1].with_changes(value=dtype_node)],
+    )
+    return out
 
 
 def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:

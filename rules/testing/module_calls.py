@@ -172,8 +172,14 @@ def _is_plain_sequential(ctx, value: cst.BaseExpression) -> bool:
 
 def _in_module_code(ctx) -> bool:
     """Inside a Keras class or a functional model's factory that the file defines: code that becomes a Flax
-    module's, where a layer call is a submodule call, not a test's call on the registry."""
-    return ctx.keras_class is not None or bool(ctx.frames and "functional" in ctx.frames[0].tags)
+    module's, where a layer call is a submodule call, not a test's call on the registry. A test function that
+    builds a functional model and then uses it: the statements after ``Model(...)`` stay the test's."""
+    if ctx.keras_class is not None:
+        return True
+    return bool(ctx.frames and "functional" in ctx.frames[0].tags and "after_model" not in ctx.frames[0].tags)
+
+
+MODELS = {"keras.Model", "keras.models.Model"}
 
 
 UNHELD = ("get_layer on a model the test does not hold by name (e.g. a sub-model attribute): its variables are not "
@@ -198,6 +204,9 @@ class ModuleCallsRule(Rule):
             if not isinstance(small, cst.Assign):
                 continue
             for target, value in assigned_pairs(small, ctx):
+                if ctx.frames and "functional" in ctx.frames[0].tags and isinstance(value, cst.Call) \
+                        and ctx.resolve(value.func) in MODELS and len(ctx.frames) == 1:
+                    ctx.frames[0].tags.add("after_model")  # the graph ends here (rules/structure/functional_model.py)
                 kind = _module_kind(ctx, value)
                 key = _key(target)
                 if kind is not None and key:

@@ -1,7 +1,10 @@
 """``tf.test.TestCase`` to ``absltest.TestCase`` (its base: absl's assertions such as
 ``assertLen``/``assertEmpty`` keep working; pytest runs it), ``tf.test.main()`` to
-``absltest.main()``, and ``tf.random.set_seed`` dropped from tests: JAX randomness in
-translated tests uses explicit, fixed keys, so seeding has nothing left to do.
+``absltest.main()``, and two statements dropped from tests: ``tf.random.set_seed`` (JAX
+randomness in translated tests uses explicit, fixed keys, so seeding has nothing left to do)
+and ``tf.config.set_soft_device_placement(...)`` (whether TF may move an op without a kernel
+on the requested GPU/TPU to the CPU: translated tests run on one JAX CPU device and place
+nothing, so the switch has nothing to act on; values are the same either way).
 
 Keeps a per-file count of open TF test classes so the assertion rule knows when
 ``self.assertAllClose`` is TF's.
@@ -17,11 +20,13 @@ from tern.rule import Rule
 TESTCASE = "tensorflow.test.TestCase"
 MAIN = "tensorflow.test.main"
 SET_SEED = {"tensorflow.random.set_seed", "keras.utils.set_random_seed", "tensorflow.keras.utils.set_random_seed"}
+SOFT_PLACEMENT = "tensorflow.config.set_soft_device_placement"
+DROPPED = {*SET_SEED, SOFT_PLACEMENT}
 
 
 class TestCaseRule(Rule):
     id = "testing:testcase"
-    consumes = frozenset({TESTCASE, MAIN, *SET_SEED})
+    consumes = frozenset({TESTCASE, MAIN, *DROPPED})
     scope = "tests"
     order = 5
 
@@ -55,7 +60,7 @@ class TestCaseRule(Rule):
 
     def leave_statement(self, ctx, original, updated):
         if m.matches(original, m.SimpleStatementLine(body=[m.Expr(value=m.Call())])):
-            if ctx.resolve(original.body[0].value.func) in SET_SEED:
+            if ctx.resolve(original.body[0].value.func) in DROPPED:
                 return cst.RemoveFromParent()
         return None
 
