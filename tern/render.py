@@ -220,6 +220,16 @@ class _Substitute(cst.CSTTransformer):
         return updated
 
 
+def _guard_holds(when: dict[str, list[str]], values: dict[str, cst.BaseExpression]) -> bool:
+    """Every guarded argument is given and names one of the listed values: its last dotted
+    part or string content (``dtype=tf.int32`` and ``dtype="int32"`` both name ``int32``)."""
+    for param, names in when.items():
+        node = values.get(param)
+        if node is None or code(node).strip("'\"").rsplit(".", 1)[-1] not in names:
+            return False
+    return True
+
+
 def expand_template(
     template: str | list[str], values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None,
     *, strict: bool = True,
@@ -227,7 +237,9 @@ def expand_template(
     """Fill ``{param}`` placeholders with argument code; ``[[...]]`` spans need all theirs.
 
     A list of templates is a list of alternatives: the first whose required placeholders
-    are all given is used (``tf.scan`` with and without ``initializer``). A conditional
+    are all given is used (``tf.scan`` with and without ``initializer``); an alternative
+    written as ``{when = {param = [names]}, template = "..."}`` is tried only when that
+    argument names one of them (``tf.random.uniform`` with an integer ``dtype``). A conditional
     expression whose test came out as a literal ``True``/``False`` is folded.
 
     Target names in the template are respelled (``jax.numpy`` -> ``jnp``) before the
@@ -236,6 +248,10 @@ def expand_template(
     if isinstance(template, list):
         refusal = Refusal("no template alternative fits the given arguments")
         for alternative in template:
+            if isinstance(alternative, dict):  # {when = {param = [names]}, template = "..."}
+                if not _guard_holds(alternative["when"], values):
+                    continue
+                alternative = alternative["template"]
             out = expand_template(alternative, values, ctx, defaults, strict=strict)
             if not isinstance(out, Refusal):
                 return out

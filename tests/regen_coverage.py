@@ -87,7 +87,8 @@ def _fold(text: str, limit: int) -> str:
 def _expression(template: str | list[str], alias) -> str:
     """A target or template as a reader scans it: aliases, optional spans dropped, long
     argument lists folded; a list of alternatives shows its first, plain form."""
-    first = template[0] if isinstance(template, list) else template
+    # the first unguarded form ({when = ..., template = ...} forms are special cases)
+    first = next((t for t in template if isinstance(t, str)), None) if isinstance(template, list) else template
     text = _fold(alias(_SUPPORT.sub(r"\1", _SPAN.sub("", first))), CODE_LIMIT)
     others = len(template) - 1 if isinstance(template, list) else 0
     return _code(text) + (f" (+{others} form{'s' if others > 1 else ''})" if others else "")

@@ -150,7 +150,9 @@ def alternatives(record) -> list[str]:
     """A record's template(s): a list of templates is a list of alternatives."""
     if record.template is None:
         return []
-    return list(record.template) if isinstance(record.template, list) else [record.template]
+    if not isinstance(record.template, list):
+        return [record.template]
+    return [a["template"] if isinstance(a, dict) else a for a in record.template]  # guarded forms too
 
 
 def template_variants(template: str) -> list[str]:
