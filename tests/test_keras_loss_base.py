@@ -53,3 +53,11 @@ def test_a_loss_subclass_reduces_as_keras_does(reduction, weighted):
     want = np.asarray(keras_side.Scaled(scale=3.0, reduction=reduction)(y_true, y_pred, sample_weight=weight))
     got = np.asarray(jax_side.Scaled(scale=3.0, reduction=reduction)(y_true, y_pred, sample_weight=weight))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_loss_subclass_takes_python_lists_as_keras_does():
+    keras_side = _module(SOURCE, "tern_loss_keras_lists", {})
+    jax_side = _module(translate_source(SOURCE, support_module="tern_rules.support").code, "tern_loss_jax_lists", objects())
+    y_true, y_pred = [[1.0, 2.0], [3.0, 4.0]], [[0.5, 2.5], [1.0, 4.0]]
+    want = np.asarray(keras_side.Scaled()(y_true, y_pred))
+    np.testing.assert_allclose(np.asarray(jax_side.Scaled()(y_true, y_pred)), want, rtol=1e-6)
