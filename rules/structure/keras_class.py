@@ -27,6 +27,7 @@ from tern.context import LayerRef
 from tern.convert import CONVERTERS, Refusal
 from tern.render import code
 from tern.rule import Rule
+from tern_rules.structure._setup_containers import CompareAsLists, fill_as_locals, setup_lists
 
 #: Keras 2's BaseRandomLayer (tf_keras, tf.keras before 2.16) is a Layer with a seeded generator,
 #: ``self._random_generator``: its draws take Flax's "dropout" stream (structure/random_generator.py)
@@ -459,6 +460,17 @@ class KerasClassRule(Rule):
                 out_methods.append(call)
             else:
                 out_methods.append(stmt)
+        setup = next((s for s in out_methods if isinstance(s, cst.FunctionDef) and s.name.value == "setup"), None)
+        lists = setup_lists(setup)
+        if setup is not None:
+            filled, unsafe = fill_as_locals(setup)
+            out_methods = [filled if s is setup else s for s in out_methods]
+            for attr in sorted(unsafe):
+                ctx.todo(f"class {info.name}", f"`self.{attr}` is filled after setup assigns it, on some ways through "
+                         "setup only: Flax freezes a list/dict setup assigns (tuple, FrozenDict), so filling it fails; "
+                         "build it in a local and assign it once")
+        if lists:
+            out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
         if fields and out_methods and isinstance(out_methods[0], cst.FunctionDef) and not out_methods[0].leading_lines:
             out_methods[0] = out_methods[0].with_changes(leading_lines=[cst.EmptyLine()])
         body = docstring + fields + out_methods
