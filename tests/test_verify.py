@@ -301,3 +301,51 @@ def test_none_arguments_do_not_shift_the_replayed_inputs(tmp_path):
     assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
     gradients = [c["name"] for c in row["cases"][0]["compared"] if c["name"].startswith("d/d input")]
     assert gradients == ["d/d input[0]", "d/d input[1]"]
+
+
+GUARDED = '''import tensorflow as tf
+
+
+class FirstRow(tf.keras.layers.Layer):
+    """The first row of each matrix, or -1s where a matrix has no columns (a guard on the shape)."""
+
+    def call(self, x):
+        def pick():
+            return tf.cast(tf.argmax(x, axis=-1), tf.float32)
+
+        def empty():
+            return -tf.ones(tf.shape(x)[:-1])
+
+        return tf.cond(tf.shape(x)[-1] > 0, pick, empty)
+'''
+
+GUARDED_TEST = '''import numpy as np
+import tensorflow as tf
+
+from guarded.layers import FirstRow
+
+
+class FirstRowTest(tf.test.TestCase):
+    def test_empty_columns(self):
+        y = FirstRow()(np.zeros((2, 3, 0), "float32"))
+        self.assertAllEqual(y, -np.ones((2, 3)))
+
+    def test_columns(self):
+        y = FirstRow()(np.arange(24, dtype="float32").reshape(2, 3, 4))
+        self.assertAllEqual(y, np.full((2, 3), 3.0))
+'''
+
+
+def test_a_call_that_only_eager_tf_can_trace_is_replayed_eagerly(tmp_path):
+    """TF recorded the call eagerly: tf.cond ran one branch. A traced replay would also trace
+    the other (argmax over an empty axis fails at trace time); the eager replay compares."""
+    (tmp_path / "guarded").mkdir()
+    (tmp_path / "guarded" / "__init__.py").write_text("")
+    (tmp_path / "guarded" / "layers.py").write_text(GUARDED)
+    (tmp_path / "guarded" / "layers_test.py").write_text(GUARDED_TEST)
+    (tmp_path / "pyproject.toml").write_text("")
+    assert tern(tmp_path, "migrate", "guarded", "--out", "out/guarded", "-q").returncode == 0
+    assert "eager_cond(" in (tmp_path / "out" / "guarded" / "layers.py").read_text()
+    proc = tern(tmp_path, "verify", "out/guarded", "--daemon", "never", "--json", "r.json")
+    row = rows(json.loads((tmp_path / "r.json").read_text()))["guarded.layers"]
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 2, 2), proc.stdout + str(row)

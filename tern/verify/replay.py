@@ -118,9 +118,10 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
 
         try:
             abstract = jax.eval_shape(init_fn, floats, rest)
-        except (jax.errors.NonConcreteBooleanIndexError, jax.errors.ConcretizationTypeError,
-                jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError,
-                jax.errors.TracerBoolConversionError):
+        except Exception:  # noqa: BLE001 - TF ran the recorded call eagerly: so does the replay
+            # Data-dependent shapes cannot be traced, and a traced call also runs code that eager
+            # TF never reached (both branches of a tf.cond guarding an empty tensor); a
+            # translation that is wrong fails the eager call as well.
             return _replay_eagerly(result, meta, arrays, module, init_fn(floats, rest), call_inputs(floats, rest), rngs, tolerance)
         init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
         units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
@@ -158,7 +159,16 @@ def replay_case(directory: Path, name: str, tolerance: dict | None) -> dict:
         result["status"] = "match" if all(c["ok"] for c in compared) else "mismatch"
         return result
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
-        return {**result, "status": "error", "message": traceback.format_exc(limit=6)[-2000:]}
+        return {**result, "status": "error", "message": _without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
+
+
+_JAX_NOTICE = "--------------------\nFor simplicity, JAX has removed its internal frames"
+
+
+def _without_jax_notice(text: str) -> str:
+    """A traceback without JAX's closing note on filtered frames (it would end the message)."""
+    at = text.find(_JAX_NOTICE)
+    return text if at < 0 else text[:at].rstrip() + "\n"
 
 
 def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: Any, inputs: tuple, rngs: dict,
