@@ -316,7 +316,7 @@ class FirstRow(tf.keras.layers.Layer):
         def empty():
             return -tf.ones(tf.shape(x)[:-1])
 
-        return tf.cond(tf.shape(x)[-1] > 0, pick, empty)
+        return tf.cond(tf.greater(tf.shape(x)[-1], 0), pick, empty)
 '''
 
 GUARDED_TEST = '''import numpy as np
