@@ -220,12 +220,19 @@ class _Substitute(cst.CSTTransformer):
         return updated
 
 
+_LITERAL_KINDS = ((cst.Integer, "int"), (cst.Float, "float"), (cst.List, "list"), (cst.Tuple, "tuple"))
+
+
 def _guard_holds(when: dict[str, list[str]], values: dict[str, cst.BaseExpression]) -> bool:
     """Every guarded argument is given and names one of the listed values: its last dotted
-    part or string content (``dtype=tf.int32`` and ``dtype="int32"`` both name ``int32``)."""
+    part or string content (``dtype=tf.int32`` and ``dtype="int32"`` both name ``int32``), or
+    the kind of literal it is (``int``, ``float``, ``list``, ``tuple``)."""
     for param, names in when.items():
         node = values.get(param)
-        if node is None or code(node).strip("'\"").rsplit(".", 1)[-1] not in names:
+        if node is None:
+            return False
+        kinds = {kind for cls, kind in _LITERAL_KINDS if isinstance(node, cls)}
+        if code(node).strip("'\"").rsplit(".", 1)[-1] not in names and not kinds & set(names):
             return False
     return True
 
@@ -239,7 +246,8 @@ def expand_template(
     A list of templates is a list of alternatives: the first whose required placeholders
     are all given is used (``tf.scan`` with and without ``initializer``); an alternative
     written as ``{when = {param = [names]}, template = "..."}`` is tried only when that
-    argument names one of them (``tf.random.uniform`` with an integer ``dtype``). A conditional
+    argument names one of them (``tf.random.uniform`` with an integer ``dtype``) or is a
+    literal of one of the kinds listed (``int``, ``float``, ``list``, ``tuple``). A conditional
     expression whose test came out as a literal ``True``/``False`` is folded.
 
     Target names in the template are respelled (``jax.numpy`` -> ``jnp``) before the
