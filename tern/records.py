@@ -146,6 +146,10 @@ class ValueRecord:
     source: str
     target: str
     note: str = ""
+    #: the same callable as one named definition (``{support:keras_gelu}``), for code that
+    #: compares it by identity (``if self.activation == keras.activations.gelu``): a target
+    #: such as ``functools.partial(...)`` is a new object wherever it is written
+    named: str | None = None
 
 
 @dataclass(frozen=True)

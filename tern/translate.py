@@ -105,6 +105,7 @@ class Translator(cst.CSTTransformer):
         self._edit_mark = 0
         self._not_refs: set[int] = set()
         self._compared: set[int] = set()  # operands of ==, is, in: identity matters there
+        self._identity_values: set[str] = set()  # activation values the file compares: named, not built
         self._touched_source = [False]
         self._pending_at: list[int] = []
         self._headers: list[cst.CSTNode] = []  # if/for/while/with statements being visited
@@ -122,6 +123,19 @@ class Translator(cst.CSTTransformer):
                         imports.update(import_bindings(small))
         self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical, self.ctx.scopes._facts)
         self._generated = _generated_support(node)
+        self._identity_values = self._compared_values(node)
+
+    def _compared_values(self, module: cst.Module) -> set[str]:
+        """Activation values this file compares with ``==``/``is``: everywhere in the file they
+        are written as one named definition, so the comparison means what it meant in TF."""
+        out = set()
+        for comparison in m.findall(module, m.Comparison()):
+            for operand in (comparison.left, *(t.comparator for t in comparison.comparisons)):
+                name = self.ctx.resolve(operand) if isinstance(operand, (cst.Name, cst.Attribute)) else None
+                value = self.ctx.tables.value("activation", name) if name else None
+                if value is not None and value.named:
+                    out.add(name)
+        return out
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool | None:
         if id(node) in self._generated:
@@ -437,6 +451,10 @@ class Translator(cst.CSTTransformer):
             ctx.edit(record.rule_id, original, out)
             return out
         value = ctx.tables.value("activation", name) if record is not None else None
+        if value is not None and name in self._identity_values:
+            out = expand_template(value.named, {}, ctx)
+            ctx.edit(f"value:activation:{name}", original, out)
+            return out
         if value is not None and value.target != "None" and id(original) in self._compared and "(" in value.target:
             ctx.todo(_short_name(name), f"compared as a value: its JAX spelling `{value.target}` is a new object "
                      "wherever it is written, so == and `is` against it never hold; compare a name bound once")

@@ -368,6 +368,10 @@ def test_activation_values(source):
         _check_expression(record.target, source)
         actual = np.asarray(eval(record.target, NAMESPACE)(jnp.asarray(x)))  # noqa: S307
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    if record.named:  # the named definition written where code compares the value
+        name = re.fullmatch(r"\{support:(\w+)\}", record.named).group(1)
+        named = getattr(importlib.import_module(f"tern_rules.support.{name}"), name)
+        np.testing.assert_allclose(np.asarray(named(jnp.asarray(x))), expected, rtol=1e-5, atol=1e-6)
 
 
 def _keras_initializer(source: str):

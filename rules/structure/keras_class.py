@@ -51,10 +51,24 @@ class KerasClass:
     frame_depth: int = 0
     #: metric trackers of a class whose train_step/test_step tern translates (tern/step_overrides.py)
     trackers: tuple[str, ...] = ()
+    #: ``call`` makes layers inline (``layers.Dropout(rate)(x)``): "stateless" ones Flax allows
+    #: in a ``@nn.compact`` method (beside ``setup``); "weighted" ones it cannot mean
+    inline_layers: str = ""
 
     @property
     def compact(self) -> bool:
         return self.has_build
+
+
+def _layers_made_inline(ctx, call: cst.FunctionDef) -> str:
+    """Whether ``call`` constructs and calls Keras layers in place: "" (no), "stateless" (all
+    parameter-free) or "weighted" (a Dense made in ``call`` has new weights on every Keras call:
+    no Flax module means that)."""
+    records = [ctx.tables.layers.get(ctx.resolve(c.func.func) or "") for c in m.findall(call, m.Call(func=m.Call()))]
+    records = [r for r in records if r is not None]
+    if not records:
+        return ""
+    return "weighted" if any(r.weights for r in records) else "stateless"
 
 
 def _self_attr(node: cst.BaseExpression) -> str | None:
@@ -158,6 +172,12 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
     steps = ctx.package.models.steps.get(info.name)
     info.trackers = steps.trackers if steps is not None else ()
     methods = _methods(node)
+    if "call" in methods:
+        info.inline_layers = _layers_made_inline(ctx, methods["call"])
+        if info.inline_layers == "weighted":
+            ctx.todo(f"class {info.name}", "`call` makes a layer with weights each time it runs (new weights on every "
+                     "Keras call; Flax allows a module made in `__call__` only under @nn.compact, made once): make it in "
+                     "`__init__` or `build`")
     init = methods.get("__init__")
     if init is not None:
         params = init.params
@@ -530,6 +550,8 @@ class KerasClassRule(Rule):
         ]
         out = call.with_changes(name=cst.Name("__call__"), params=call.params.with_changes(params=new_params))
         if not info.compact:
+            if info.inline_layers == "stateless":
+                out = out.with_changes(decorators=[cst.Decorator(ctx.target_name("flax.linen.compact")), *out.decorators])
             return out
         return self._compact(ctx, out, build, info)
 
