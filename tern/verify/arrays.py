@@ -4,7 +4,7 @@
 ``{"__array__": i}`` placeholders and a list of arrays; ``unpack`` reverses it. Tuples
 are kept apart from lists (``{"__tuple__": [...]}``) because constructor arguments
 such as ``hidden_sizes=(32, 16)`` become Flax dataclass fields, where the difference
-can matter. Anything else is refused with a clear reason.
+can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__": [[k, v]]}``. Anything else is refused with a clear reason.
 """
 
 from __future__ import annotations
@@ -34,9 +34,12 @@ def pack(value: Any, arrays: list[np.ndarray], to_array: Callable[[Any], np.ndar
     if isinstance(value, list):
         return [pack(v, arrays, to_array) for v in value]
     if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise Unpackable(f"dict with non-string keys: {list(value)[:3]}")
-        return {"__dict__": {k: pack(v, arrays, to_array) for k, v in value.items()}}
+        if all(isinstance(k, str) for k in value):
+            return {"__dict__": {k: pack(v, arrays, to_array) for k, v in value.items()}}
+        if all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in value):
+            # feature pyramids key levels by int ({3: p3, 4: p4}): JSON objects cannot
+            return {"__items__": [[k, pack(v, arrays, to_array)] for k, v in value.items()]}
+        raise Unpackable(f"dict with keys other than str and int: {list(value)[:3]}")
     array = to_array(value)
     if array is not None:
         arrays.append(np.asarray(array))
@@ -54,6 +57,8 @@ def unpack(data: Any, arrays: Any, as_array: Callable[[np.ndarray], Any] = lambd
             return tuple(unpack(v, arrays, as_array) for v in data["__tuple__"])
         if "__dict__" in data:
             return {k: unpack(v, arrays, as_array) for k, v in data["__dict__"].items()}
+        if "__items__" in data:
+            return {k: unpack(v, arrays, as_array) for k, v in data["__items__"]}
     return data
 
 
@@ -79,6 +84,8 @@ def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
             return array_paths(data["__tuple__"], prefix)
         if "__dict__" in data:
             return [p for k, v in data["__dict__"].items() for p in array_paths(v, f"{prefix}[{k!r}]")]
+        if "__items__" in data:
+            return [p for k, v in data["__items__"] for p in array_paths(v, f"{prefix}[{k!r}]")]
     return []
 
 
