@@ -50,7 +50,9 @@ class PortError(Exception):
 def flax_class(record) -> str | None:
     """The Flax module class a layer record builds (``Conv``, ``ConvTranspose``, ``RNN``): the
     Flax side names auto-named submodules after it (``ConvTranspose_0``)."""
-    text = record.target or record.template or ""
+    template = record.template[0] if isinstance(record.template, list) else record.template
+    template = template["template"] if isinstance(template, dict) else template
+    text = record.target or template or ""  # of alternative templates, the first (the usual form)
     match = re.match(r"(?:\{support:(\w+)\}|[\w.]*?(\w+))\(", text) if record.template else None
     if match:
         return match.group(1) or match.group(2)
