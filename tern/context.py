@@ -124,6 +124,8 @@ class FileContext:
             entries.append(f"    {source!r}: {target},\n")
         if kind == "activation":
             entries.append("    None: lambda x: x,\n")
+        if kind == "initializer":  # Keras' add_weight draws glorot_uniform when given None
+            entries.append("    None: keras_default_initializer,\n")
         text = f"{value_table_name(kind)} = {{\n{''.join(entries)}}}\n"
         stmt, modules = _parsed_statement(text, self.plan.modules)
         self.plan.needed.update(modules)

@@ -45,7 +45,7 @@ KNOWN_KEYS = {
     "star_args", "target", "apply", "call_params", "call", "activation", "weights", "note",
     # proposed schema additions (see rules/layers/recurrent.toml header and the report)
     "template", "output", "init_caveats", "call_unsupported", "call_defaults", "regularizers",
-    "masked_apply", "masked_template",
+    "masked_apply", "masked_template", "inert",
 }
 NAMESPACE = {"flax": flax, "nn": nn, "jnp": jnp, "jax": jax, "functools": functools, "np": np}
 

@@ -16,7 +16,7 @@ from tern.convert import Refusal
 from tern.layers import apply_stateless, call_arguments
 from tern.modulegen import class_name_for, compact_module
 from tern.records import DROP
-from tern.render import commas
+from tern.render import commas, expand_template
 from tern.rule import Rule
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
@@ -45,6 +45,27 @@ def _record(ctx, node: cst.BaseExpression):
     return None
 
 
+#: targets whose training flag KerasSequential (rules/support) passes in Flax's spelling
+FLAGGED = {"flax.linen.BatchNorm", "flax.linen.Dropout"}
+
+
+def _as_tuple(pairs, updated: cst.Call) -> cst.Tuple:
+    """The layer list as a tuple display laid out as written (Flax module fields are tuples)."""
+    listed = updated.args[0].value
+    kept = {id(n) for _, n in pairs}
+    elements = [e for e in listed.elements if id(e.value) in kept]
+    if len(elements) == 1 and not isinstance(elements[0].comma, cst.Comma):
+        elements[0] = elements[0].with_changes(comma=cst.Comma())
+    return cst.Tuple(elements, lpar=[cst.LeftParen(whitespace_after=listed.lbracket.whitespace_after)],
+                     rpar=[cst.RightParen(whitespace_before=listed.rbracket.whitespace_before)])
+
+
+def _keras_name(ctx, node: cst.BaseExpression) -> bool:
+    """A TF/Keras name with no layer record (``layers.Resizing(...)``): not the package's own."""
+    func = node.func if isinstance(node, cst.Call) else node
+    return ctx.resolve(func) is not None
+
+
 def _needs_training(record) -> bool:
     return record is not None and record.call.get("training", DROP) != DROP
 
@@ -65,17 +86,24 @@ class SequentialRule(Rule):
         if isinstance(pairs, Refusal):
             ctx.todo("keras.Sequential", pairs.reason)
             return None
+        package_layers = False
         for o, _ in pairs:
             if _record(ctx, o) is None and not (isinstance(o, cst.Call) and isinstance(o.func, cst.Name) and ctx.package.is_module_class(o.func.value)):
-                ctx.todo("keras.Sequential", f"element `{cst.Module([]).code_for_node(o)}` is not a known layer")
-                return None
-        if any(_needs_training(_record(ctx, o)) for o, _ in pairs):
+                if _keras_name(ctx, o):
+                    ctx.todo("keras.Sequential", f"element `{cst.Module([]).code_for_node(o)}` is not a known layer")
+                    return None
+                package_layers = True  # the package's own block (a helper's result): it may take the flag
+        if package_layers or any(_needs_training(_record(ctx, o)) for o, _ in pairs):
             frame = ctx.frame
-            if frame is not None and not frame.in_module_method:
+            if not package_layers and frame is not None and not frame.in_module_method:
                 frame.tags.add("sequential")
                 return None  # leave_function builds a module class
-            ctx.todo("keras.Sequential", "contains training-dependent layers; nn.Sequential cannot pass the training flag")
-            return None
+            unknown = [o for o, _ in pairs if _needs_training(_record(ctx, o)) and _record(ctx, o).target not in FLAGGED]
+            if unknown:
+                ctx.todo("keras.Sequential", f"`{cst.Module([]).code_for_node(unknown[0])}` takes the training flag in a "
+                         "form KerasSequential does not pass")
+                return None
+            return cst.Call(func=expand_template("{support:KerasSequential}", {}, ctx), args=[cst.Arg(_as_tuple(pairs, updated))])
         elements = [cst.Element(n) for _, n in pairs]
         elements = [e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) if i < len(elements) - 1 else e for i, e in enumerate(elements)]
         built = cst.Call(func=ctx.target_name("flax.linen.Sequential"), args=[cst.Arg(cst.List(elements))])

@@ -1,0 +1,42 @@
+"""Keras' ``Sequential`` where ``nn.Sequential`` cannot stand in: it passes the training flag.
+
+Keras calls each layer of a Sequential with ``training`` when the layer's ``call`` takes it;
+``nn.Sequential`` calls each with the input only. So a Sequential holding BatchNorm or
+Dropout, or the package's own blocks (``[ConvBlock(...), ConvBlock(...)]``), becomes this
+module: BatchNorm and Dropout get Flax's spelling of the flag, a layer whose ``__call__`` takes
+``training`` gets it, anything else is called on the input alone. Its submodules are
+``layers_0``, ``layers_1``... as in ``nn.Sequential``. Translations import it from the
+package's generated support module.
+"""
+
+import inspect
+from typing import Any
+
+import flax.linen as nn
+
+
+def _takes_training(layer) -> bool:
+    try:
+        return "training" in inspect.signature(layer).parameters
+    except (TypeError, ValueError):  # a builtin or compiled callable: no training flag
+        return False
+
+
+class KerasSequential(nn.Module):
+    """The layers in order, each given the training flag the way Keras gives it."""
+
+    layers: tuple[Any, ...]
+
+    @nn.compact
+    def __call__(self, inputs, training: bool = False):
+        x = inputs
+        for layer in self.layers:
+            if isinstance(layer, nn.BatchNorm):
+                x = layer(x, use_running_average=not training)
+            elif isinstance(layer, nn.Dropout):
+                x = layer(x, deterministic=not training)
+            elif _takes_training(layer):
+                x = layer(x, training=training)
+            else:
+                x = layer(x)
+        return x
