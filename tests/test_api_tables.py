@@ -126,8 +126,11 @@ def live_params(fn) -> tuple[list[str], bool]:
     """Parameter names in order (``*args`` included by name) and whether ``**kwargs`` exists;
     a method taken from its class (``RandomGenerator.random_uniform``) without ``self``."""
     sig = inspect.signature(fn)
-    names, var_kw = [], False
     method = inspect.isfunction(fn) and "." in fn.__qualname__ and "<locals>" not in fn.__qualname__
+    if isinstance(fn, type) and {p.kind for p in sig.parameters.values()} <= {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
+        # a metaclass's __call__(*args, **kwargs) hides the constructor (tf.lookup.StaticHashTable): __init__ has it
+        sig, method = inspect.signature(fn.__init__), True
+    names, var_kw = [], False
     for i, p in enumerate(sig.parameters.values()):
         if method and i == 0 and p.name == "self":
             continue
