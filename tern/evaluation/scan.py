@@ -46,16 +46,24 @@ def todo_count(root: Path) -> int:
     return sum(p.read_text(encoding="utf-8", errors="replace").count(TODO_MARK) for p in _python_files(root))
 
 
+def _has_behaviour(node: ast.stmt) -> bool:
+    """A function, or a class with a method: marker classes and field-only records
+    (``class FloatTensor(Tensor): pass``, a dataclass of fields) have nothing to compare."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    return isinstance(node, ast.ClassDef) and any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+
+
 def code_modules(root: Path, package: str) -> set[str]:
-    """Dotted names of the non-test modules that define a function or a class: the ones
-    that owe the verification something. A package ``__init__`` that only re-exports
-    owes nothing."""
+    """Dotted names of the non-test modules that define a function or a class with a method:
+    the ones that owe the verification something. A package ``__init__`` that only
+    re-exports, or a module of type markers, owes nothing."""
     found = set()
     for path in _python_files(root):
         if is_test_file(path) or is_generated(path):  # tern's support copy owes nothing
             continue
         tree = _parse(path)
-        if tree is None or not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
+        if tree is None or not any(_has_behaviour(n) for n in tree.body):
             continue
         rel = path.relative_to(root).with_suffix("").parts
         found.add(".".join([package, *(rel[:-1] if rel[-1] == "__init__" else rel)]))

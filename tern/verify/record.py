@@ -306,6 +306,29 @@ def package_modules(root: Path, package: str) -> list[str]:
     return names
 
 
+def imported_modules(test_path: Path, root: Path, package: str, modules: list[str]) -> list[str]:
+    """The package modules ``test_path`` imports directly, in import order (absolute and
+    relative imports; ``from pkg import mod`` names the module ``pkg.mod``)."""
+    import ast
+
+    try:
+        tree = ast.parse(test_path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return []
+    here = list(test_path.relative_to(root).with_suffix("").parts[:-1])
+    found: list[str] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = here[: len(here) - node.level + 1] if node.level else []
+            prefix = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            names = [prefix, *(f"{prefix}.{a.name}" for a in node.names)]
+        found.extend(n for n in names if n in modules and n != package and n not in found)
+    return found
+
+
 def is_test_file(path: Path) -> bool:
     stem = path.stem
     return stem.startswith("test_") or stem.endswith("_test") or stem == "conftest"

@@ -44,6 +44,9 @@ class ModuleRow:
     details: dict[str, dict] = field(default_factory=dict)
     #: per replayed training-step session of a step this module defines (``step_report.py``)
     training: list[dict] = field(default_factory=list)
+    #: test files owned by no module that import this one (``test_metrics.py`` importing
+    #: ``f1_score``): with nothing of its own compared, the module takes their outcome
+    covered_by: list[str] = field(default_factory=list)
 
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total + self.train_total
@@ -92,19 +95,29 @@ def to_json(reports: list[PackageReport], extra: dict[str, Any] | None = None) -
     return json.dumps({"packages": [r.to_dict() for r in reports], "modules": counts, **(extra or {})}, indent=1)
 
 
-def _owner(test_file: str, modules: list[str], package: str) -> str:
-    """The module a test file tests, by name (``model_test.py``/``test_model.py`` ->
-    ``model``); otherwise the test file is a row of its own."""
+def _owner(test_file: str, modules: list[str], package: str, imported: list[str] = ()) -> str:
+    """The module a test file tests: by name (``model_test.py``/``test_model.py`` ->
+    ``model``); else the one package module it imports whose name is or contains the test's
+    (``test_majority_vote.py`` importing ``match_majority_vote``), or the only one it imports;
+    otherwise the test file is a row of its own."""
     stem = test_file[:-3].replace("/", ".")
     parts = stem.split(".")
     leaf = parts[-1]
     base = leaf[5:] if leaf.startswith("test_") else leaf[:-5] if leaf.endswith("_test") else leaf
     guess = ".".join([package, *parts[:-1], base])
-    return guess if guess in modules else f"{package}.{stem}"
+    if guess in modules:
+        return guess
+    named = [m for m in imported if base in m.rsplit(".", 1)[-1] or m.rsplit(".", 1)[-1] in base]
+    if len(named) == 1:
+        return named[0]
+    if len(imported) == 1:
+        return imported[0]
+    return f"{package}.{stem}"
 
 
 def build_rows(package: str, modules: list[str], replays: dict[str, tuple], tests: dict[str, tuple],
-               recording: dict | None, record_failure: Any, trains: dict[str, tuple] | None = None) -> list[ModuleRow]:
+               recording: dict | None, record_failure: Any, trains: dict[str, tuple] | None = None,
+               imports: dict[str, list[str]] | None = None) -> list[ModuleRow]:
     rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
     for module, (value, failure, hit) in replays.items():
         row = rows.setdefault(module, ModuleRow(module))
@@ -137,7 +150,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             else:
                 row.problems.append(f"error: {case['target']} case {case['id']}: {_last_line(case.get('message', ''))}")
     for test_file, (value, failure, hit) in tests.items():
-        row = rows.setdefault(_owner(test_file, modules, package), ModuleRow(_owner(test_file, modules, package)))
+        owner = _owner(test_file, modules, package, (imports or {}).get(test_file, []))
+        row = rows.setdefault(owner, ModuleRow(owner))
         row.cached = row.cached or hit
         if failure is not None:
             row.problems.append(f"error: tests {test_file}: job {failure.cause}: {_last_line(failure.error)}")
@@ -165,6 +179,21 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             row.problems.append(f"error: recording the original tests failed ({record_failure.cause})")
     for row in rows.values():
         row.settle()
+    for test_file, imported in (imports or {}).items():
+        owner = _owner(test_file, modules, package, imported)
+        if owner in modules:
+            continue  # a module's own tests: counted there
+        for module in imported:
+            row = rows.get(module)
+            if row is None or row.status != "untested" or row.problems:
+                continue
+            row.covered_by.append(test_file)
+            if rows[owner].status == "equivalent" and row.status == "untested":
+                row.status = "equivalent"
+            elif rows[owner].status in ("mismatch", "error"):
+                row.status = rows[owner].status
+                row.problems.append(f"{'test failed' if row.status == 'mismatch' else 'error'}: tests in {test_file}, "
+                                    "which import it, do not pass")
     return sorted(rows.values(), key=lambda r: r.module)
 
 

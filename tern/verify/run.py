@@ -30,7 +30,7 @@ from tern.sandbox.jobs import Job, JobResult
 from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
-from tern.verify.record import is_test_file, package_modules
+from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import PackageReport, build_rows
 from tern.verify.step_report import training_summary
 
@@ -212,7 +212,9 @@ class PackageVerifier:
             group.start_soon(record_then_replay)
             for path in test_files(jax_root / self.package):
                 group.start_soon(run_tests, path)
-        rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"), trains)
+        imports = {rel: imported_modules(jax_root / self.package / rel, jax_root, self.package, modules) for rel in tests_out}
+        rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"), trains,
+                          imports)
         return PackageReport(
             package=self.package, original=str(self.original), translated=str(self.translated), rows=rows,
             original_tests=(recording.get("value") or {}).get("tests", {}).get("tests", {}),

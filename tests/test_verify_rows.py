@@ -1,0 +1,60 @@
+"""Which module a translated test counts for (tern/verify/report.py, record.py) and which
+modules owe verification anything (tern/evaluation/scan.py): pure functions, no sandbox."""
+
+from types import SimpleNamespace
+
+from tern.evaluation.scan import code_modules
+from tern.verify.record import imported_modules
+from tern.verify.report import build_rows
+
+MODULES = ["pkg", "pkg.match_majority_vote", "pkg.f1_score", "pkg.recall", "pkg.types"]
+
+
+def _tests(outcome: str) -> tuple:
+    return ({"tests": {"t::a": outcome, "t::b": "passed"}, "exit": 0}, None, False)
+
+
+def _rows(tests: dict, imports: dict) -> dict:
+    return {r.module: r for r in build_rows("pkg", MODULES, {}, tests, {}, None, None, imports)}
+
+
+def test_a_test_named_after_no_module_counts_for_the_module_it_imports_by_name():
+    rows = _rows({"test_majority_vote.py": _tests("passed")},
+                 {"test_majority_vote.py": ["pkg.match_majority_vote", "pkg.types"]})
+    assert rows["pkg.match_majority_vote"].tests_passed == 2
+    assert rows["pkg.match_majority_vote"].status == "equivalent"
+    assert "pkg.test_majority_vote" not in rows
+
+
+def test_a_test_of_several_modules_keeps_its_row_and_covers_each_once():
+    rows = _rows({"test_metrics.py": _tests("passed")}, {"test_metrics.py": ["pkg.f1_score", "pkg.recall"]})
+    assert rows["pkg.test_metrics"].tests_total == 2  # counted once, on the test's own row
+    assert rows["pkg.f1_score"].status == rows["pkg.recall"].status == "equivalent"
+    assert rows["pkg.f1_score"].tests_total == 0 and rows["pkg.f1_score"].covered_by == ["test_metrics.py"]
+
+
+def test_a_failing_covering_test_makes_the_covered_modules_mismatch_with_a_reason():
+    rows = _rows({"test_metrics.py": _tests("failure: AssertionError")}, {"test_metrics.py": ["pkg.f1_score", "pkg.recall"]})
+    assert rows["pkg.f1_score"].status == "mismatch"
+    assert any("test_metrics.py" in p for p in rows["pkg.f1_score"].problems)
+
+
+def test_imports_are_read_absolute_relative_and_as_from_package_import_module(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    test = tmp_path / "pkg" / "test_x.py"
+    test.write_text("from .recall import Recall\nfrom pkg import f1_score\nimport numpy as np\nfrom . import types\n")
+    assert imported_modules(test, tmp_path, "pkg", MODULES) == ["pkg.recall", "pkg.f1_score", "pkg.types"]
+
+
+def test_marker_classes_and_field_records_owe_nothing(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "types.py").write_text("class FloatTensor(object):\n    '''A float tensor.'''\n\n\n"
+                                                "class Lookup:\n    rank: int\n    distance: float = 0.0\n")
+    (tmp_path / "pkg" / "ops.py").write_text("class Scale:\n    def __call__(self, x):\n        return 2 * x\n")
+    (tmp_path / "pkg" / "fn.py").write_text("def f(x):\n    return x\n")
+    assert code_modules(tmp_path / "pkg", "pkg") == {"pkg.ops", "pkg.fn"}
+
+
+def test_rows_without_imports_behave_as_before():
+    rows = {r.module: r for r in build_rows("pkg", MODULES, {}, {"test_other.py": _tests("passed")}, {}, SimpleNamespace(cause="x"), None)}
+    assert rows["pkg.test_other"].tests_passed == 2
