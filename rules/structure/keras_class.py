@@ -191,7 +191,9 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
                     info.refusal = f"`self.{attr}` is created in `__init__` and again in `build`"
                 info.sublayers[attr] = ref
                 info.build_layers.add(attr)
-    if "call" not in methods:
+    if "call" not in methods and ("__call__" not in methods or build is not None):
+        # a layer that overrides `__call__` itself skips Keras' build, masks and training
+        # flag: with no `build`, that method is the module's `__call__` as written
         info.refusal = info.refusal or "no `call` method"
     if info.build_assigned:
         for name, method in methods.items():
@@ -416,6 +418,8 @@ class KerasClassRule(Rule):
         fields = []
         translated = _translated_params(stmts)
         for param in info.params:
+            if param.name.value == "name":
+                continue  # flax.linen.Module has its own `name` field (keyword-only), the layer's name as in Keras
             param = translated.get(param.name.value, param)  # its default as the rules left it
             annotation = _annotation(param)
             if annotation == "typing.Any":

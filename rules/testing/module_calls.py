@@ -90,12 +90,20 @@ def _module_kind(ctx, value: cst.BaseExpression):
             return func.value
         if func.value in ctx.package.factories:
             return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value in _package_modules(ctx) and ctx.package.is_module_class(func.attr.value):
+        return func.attr.value
     name = ctx.resolve(func)
     if name is not None and name in ctx.tables.layers:
         return "layer:" + name
     if name in ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model"):
         return True
     return None
+
+
+def _package_modules(ctx) -> set[str]:
+    """Names a relative import binds in this test file (``from . import loss``): package modules."""
+    return ctx.rule_state.setdefault("package_modules", set())
 
 
 def _split_weight_layers(ctx) -> frozenset[str]:
@@ -200,7 +208,10 @@ class ModuleCallsRule(Rule):
     def leave_statement(self, ctx, original, updated):
         """Remember names bound to modules (``model = MLP()``, ``self.layer = ...``) as the
         statements go by: later statements, the only ones that can use them, see them."""
-        for small in original.body:
+        for small in getattr(original, "body", ()):
+            if isinstance(small, cst.ImportFrom) and small.relative and not isinstance(small.names, cst.ImportStar):
+                # ``from . import loss``: ``loss.HardNegativeMining(...)`` builds a package module
+                _package_modules(ctx).update(a.evaluated_alias or a.evaluated_name for a in small.names)
             if not isinstance(small, cst.Assign):
                 continue
             for target, value in assigned_pairs(small, ctx):
