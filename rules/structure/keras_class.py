@@ -475,6 +475,9 @@ class KerasClassRule(Rule):
                          "build it in a local and assign it once")
         if lists:
             out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
+        resolved = _resolved_once(setup)
+        if resolved:
+            out_methods = [s if s is setup else s.visit(_LookupOnce(resolved)) for s in out_methods]
         if fields and out_methods and isinstance(out_methods[0], cst.FunctionDef) and not out_methods[0].leading_lines:
             out_methods[0] = out_methods[0].with_changes(leading_lines=[cst.EmptyLine()])
         body = docstring + fields + out_methods
@@ -533,6 +536,8 @@ class KerasClassRule(Rule):
             for i, p in enumerate(new_params)
         ]
         out = call.with_changes(name=cst.Name("__call__"), params=call.params.with_changes(params=new_params))
+        own = {p.name.value for p in info.params} | set(info.sublayers) | set(info.weights)
+        out = out.visit(_DtypePolicy(ctx, frozenset(DTYPE_POLICY) - own))
         if not info.compact:
             return out
         return self._compact(ctx, out, build, info)
@@ -557,7 +562,10 @@ class KerasClassRule(Rule):
         if weights.refusal:
             return Refusal(weights.refusal)
         build_stmts = [s for s in _strip_doc(build_body.body) if not _is_keras_build_bookkeeping(s)]
-        body = [*prelude, *build_stmts, *call_body.body]
+        call_stmts = list(call_body.body)
+        doc = [] if _strip_doc(call_stmts) == call_stmts else [call_stmts.pop(0)]
+        call_stmts = [s for s in call_stmts if not _is_lazy_build_guard(s)]
+        body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
 
@@ -706,6 +714,81 @@ def _is_keras_build_bookkeeping(stmt: cst.CSTNode) -> bool:
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target) == "built"
 
 
+def _is_table_lookup(node) -> str | None:
+    """The table of ``_TERN_<KIND>S.get(v, v)`` (a value-table lookup the translation wrote), else None."""
+    if not (isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("get")))
+            and len(node.args) == 2 and node.args[0].value.deep_equals(node.args[1].value)):
+        return None
+    table = node.func.value.value
+    return table if table.startswith("_TERN_") and table.endswith("S") else None
+
+
+def _resolved_once(setup) -> dict[str, str]:
+    """``self.attr`` -> table, for attributes setup assigns once from a table lookup
+    (``self._kernel_initializer = _TERN_INITIALIZERS.get(...)``, from ``keras.initializers.get``)."""
+    if not isinstance(setup, cst.FunctionDef):
+        return {}
+    found: dict[str, str | None] = {}
+    stores: list[str] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Assign(self, node):
+            stores.extend(a for a in (_self_attr(t.target) for t in node.targets) if a is not None)
+
+    setup.visit(_Collect())
+    for node in setup.body.body:  # top-level statements: they run on every way through setup
+        for small in getattr(node, "body", ()) if isinstance(node, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                attr = _self_attr(small.targets[0].target)
+                if attr is not None:
+                    found[attr] = _is_table_lookup(small.value)
+    return {a: t for a, t in found.items() if t is not None and stores.count(a) == 1}
+
+
+class _LookupOnce(cst.CSTTransformer):
+    """``_TERN_X.get(self.a, self.a)`` -> ``self.a`` where setup already looked ``self.a`` up in that
+    table: the table maps names to functions, and a function is not a key, so a second lookup
+    gives the same value."""
+
+    def __init__(self, resolved: dict[str, str]):
+        self.resolved = resolved
+
+    def leave_Call(self, original, updated):
+        table = _is_table_lookup(updated)
+        if table is None:
+            return updated
+        attr = _self_attr(updated.args[0].value)
+        return updated.args[0].value if attr is not None and self.resolved.get(attr) == table else updated
+
+
+#: a Keras layer's dtype policy, read in ``call`` (``tf.cast(y, self.compute_dtype)``): float32, Keras'
+#: default, in which every translated module computes (as tern/layers.py's DEFAULT_DTYPES)
+DTYPE_POLICY = ("compute_dtype", "dtype", "variable_dtype")
+
+
+class _DtypePolicy(cst.CSTTransformer):
+    """``self.compute_dtype`` -> ``jnp.float32`` where the class has no attribute of that name."""
+
+    def __init__(self, ctx, names: frozenset[str]):
+        self.ctx, self.names = ctx, names
+
+    def leave_Attribute(self, original, updated):
+        if m.matches(updated, m.Attribute(value=m.Name(SELF))) and updated.attr.value in self.names:
+            return self.ctx.target_name("jax.numpy.float32")
+        return updated
+
+
+def _is_lazy_build_guard(stmt) -> bool:
+    """``if not self.built: self.build(shape)`` in ``call``: Keras' build on first use, which the
+    compact ``__call__`` does already (the build's statements come first)."""
+    return m.matches(stmt, m.If(
+        test=m.UnaryOperation(operator=m.Not(), expression=m.Attribute(value=m.Name(SELF), attr=m.Name("built"))),
+        body=m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+            func=m.Attribute(value=m.Name(SELF), attr=m.Name("build"))))])]),
+        orelse=None,
+    ))
+
+
 def _strip_doc(stmts):
     out = list(stmts)
     if out and m.matches(out[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
@@ -817,7 +900,12 @@ class _WeightRewriter(cst.CSTTransformer):
 
 
 def _with_name(call: cst.Call, name: str) -> cst.Call:
-    """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name."""
+    """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name. A
+    regularized layer (``KerasRegularized(nn.Dense(...), ...)``) names the layer it wraps: built
+    inside a compact method, that layer is bound there and holds the variables."""
+    if m.matches(call, m.Call(func=m.Name("KerasRegularized"))) and call.args and isinstance(call.args[0].value, cst.Call) \
+            and call.args[0].keyword is None:
+        return call.with_changes(args=[call.args[0].with_changes(value=_with_name(call.args[0].value, name)), *call.args[1:]])
     args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == "name")]
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
