@@ -81,6 +81,16 @@ def _assignments(body: cst.CSTNode):
                 attr = _self_attr(target.target)
                 if attr is not None:
                     found.append((attr, node.value))
+                elif isinstance(target.target, (cst.Tuple, cst.List)):
+                    # ``self.us, self.vs = [], []``: each attribute with its own value when the
+                    # right side is a same-length tuple, else with the whole value
+                    elements = target.target.elements
+                    values = node.value.elements if isinstance(node.value, (cst.Tuple, cst.List)) else None
+                    for i, element in enumerate(elements):
+                        attr = _self_attr(element.value)
+                        if attr is not None:
+                            value = values[i].value if values is not None and len(values) == len(elements) else node.value
+                            found.append((attr, value))
 
     body.visit(V())
     return found
@@ -819,6 +829,21 @@ class _WeightRewriter(cst.CSTTransformer):
             value = _with_name(value, attr)
         return updated.with_changes(targets=[cst.AssignTarget(cst.Name(attr))], value=value)
 
+    def leave_Call(self, original, updated):
+        """``self.blocks.append(Dense(...))`` for a list made in build: the i-th layer is named
+        ``blocks_<i>``, where Flax puts the i-th element of a list attribute (and weight porting looks)."""
+        if not (m.matches(original.func, m.Attribute(attr=m.Name("append"))) and len(original.args) == 1):
+            return updated
+        attr = _self_attr(original.func.value)
+        if attr is None or attr not in self.info.build_assigned or not isinstance(updated.args[0].value, cst.Call):
+            return updated
+        made = updated.args[0].value
+        inner = made.args[0].value if m.matches(made, m.Call(func=m.Name("KerasRegularized"))) and made.args else made
+        if _layer_ref(self.ctx, original.args[0].value) is None and not _is_flax_module_call(inner):
+            return updated
+        name = cst.parse_expression(f'f"{attr}_{{len({attr})}}"')
+        return updated.with_changes(args=[updated.args[0].with_changes(value=_with_name(updated.args[0].value, name))])
+
     def _add_weight(self, attr: str, call: cst.Call):
         args = {}
         for i, arg in enumerate(call.args):
@@ -899,7 +924,7 @@ class _WeightRewriter(cst.CSTTransformer):
         ).with_changes(leading_lines=updated.leading_lines)
 
 
-def _with_name(call: cst.Call, name: str) -> cst.Call:
+def _with_name(call: cst.Call, name: str | cst.BaseExpression) -> cst.Call:
     """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name. A
     regularized layer (``KerasRegularized(nn.Dense(...), ...)``) names the layer it wraps: built
     inside a compact method, that layer is bound there and holds the variables."""
@@ -909,7 +934,8 @@ def _with_name(call: cst.Call, name: str) -> cst.Call:
     args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == "name")]
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(cst.SimpleString(f'"{name}"'), keyword=cst.Name("name"),
+    value = cst.SimpleString(f'"{name}"') if isinstance(name, str) else name
+    args.append(cst.Arg(value, keyword=cst.Name("name"),
                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
     return call.with_changes(args=args)
 

@@ -96,6 +96,8 @@ def _module_kind(ctx, value: cst.BaseExpression):
     name = ctx.resolve(func)
     if name is not None and name in ctx.tables.layers:
         return "layer:" + name
+    if name == "keras.layers.deserialize":
+        return "deserialized"  # a layer rebuilt from keras.layers.serialize's dict (support/keras_deserialize_layer.py)
     if name in ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model"):
         return True
     return None
@@ -265,6 +267,9 @@ class ModuleCallsRule(Rule):
                 return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
             if method == "get_weights" and not updated.args and not _keras_layout_may_differ(ctx, kind):
                 return cst.Call(func=cst.Name("_tern_keras_weights"), args=[cst.Arg(new_receiver)])
+            if method == "get_config" and not updated.args and isinstance(kind, str):
+                # a layer's config is its constructor arguments: the module's fields (support/keras_layer_config.py)
+                return cst.Call(func=cst.Name("keras_layer_config"), args=[cst.Arg(new_receiver)])
             if method in KERAS_ONLY:
                 ctx.todo(f"keras.Model.{method}", "Keras model API with no flax.linen counterpart (training code is translated separately)")
                 return None
