@@ -37,6 +37,8 @@ class ClassInfo:
     submodels: tuple[str, ...] = ()
     #: how the class treats Keras' implicit masks (``mask_facts``)
     masks: MaskFacts = field(default_factory=lambda: MaskFacts())
+    #: methods and properties the class defines itself (``metrics`` over Keras' own)
+    members: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -382,7 +384,10 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
-            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node))
+            info.classes[node.name] = ClassInfo(
+                node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node),
+                frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+            )
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
         elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):
