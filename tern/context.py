@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -121,6 +122,7 @@ class FileContext:
             if k != kind or "." in source:
                 continue
             target = "lambda x: x" if record.target == "None" else record.target
+            target = re.sub(r"\{support:(\w+)\}", r"\1", target)  # imported from the package's support module
             entries.append(f"    {source!r}: {target},\n")
         if kind == "activation":
             entries.append("    None: lambda x: x,\n")

@@ -29,6 +29,16 @@ class ConvertContext(Protocol):
 Result = cst.BaseExpression | None | Refusal
 
 
+def _config_copy_helper(node: cst.BaseExpression, ctx) -> cst.Arg | None:
+    """The one argument of a call to a package function that copies it through its Keras config
+    (``PackageInfo.config_copies``): the value such a call gives is its argument's kind."""
+    package = getattr(ctx, "package", None)
+    if (package is None or not isinstance(node, cst.Call) or not isinstance(node.func, cst.Name)
+            or node.func.value not in package.config_copies or len(node.args) != 1 or node.args[0].keyword or node.args[0].star):
+        return None
+    return node.args[0]
+
+
 def _literal(node: cst.BaseExpression):
     if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.Tuple, cst.List, cst.UnaryOperation)):
         try:
@@ -56,6 +66,12 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
                 return Refusal(_dtype_refusal(ctx, value) if kind == "dtype" else f"no {kind} mapping for {value!r}")
             return None if target == "None" else ctx.target_expr(target)
         key = node
+        helper = _config_copy_helper(node, ctx)
+        if helper is not None:  # _clone_initializer(self._kernel_initializer): convert what it copies
+            inner = convert(helper.value, ctx)
+            if inner is None or isinstance(inner, Refusal):
+                return inner
+            return node.with_changes(args=[helper.with_changes(value=inner)])
         if isinstance(node, cst.Call) and _is_target_side(node.func):
             return node  # already translated (e.g. by an [[api]] record for an initializer class)
         if isinstance(node, cst.Call) and not node.args:
@@ -179,8 +195,11 @@ _SUPPORT_NAME = re.compile(r"\{support:(\w+)\}")
 def regularizer(node: cst.BaseExpression, ctx) -> Result:
     """A Keras regularizer argument as a callable ``x -> penalty``: a string or a class
     symbol through the ``regularizer`` value table, a ``keras.regularizers.X(...)`` call as
-    its [[api]] record already translated it. Anything else (a variable, a custom function)
-    could hold anything: refused, since a penalty silently lost changes the training."""
+    its [[api]] record already translated it. A value known only at run time (a variable,
+    ``self._kernel_regularizer``) is looked up in the generated table at run time, as Keras'
+    layers call ``keras.regularizers.get`` on it: a name is the table's regularizer, a
+    callable is called, None adds no term (KerasRegularized skips it); anything else fails
+    when called, so no penalty is lost silently. A TF symbol the tables do not know is refused."""
     from tern.render import expand_template
 
     value = _literal(node)
@@ -201,6 +220,8 @@ def regularizer(node: cst.BaseExpression, ctx) -> Result:
         if record is None:
             return Refusal(f"`{_code(node)}` was not translated to a regularizer")
         return expand_template(record.target, {}, ctx)
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return ctx.value_lookup("regularizer", node)
     return Refusal(
         f"regularizer given as `{_code(node)}` cannot be followed statically: pass "
         "keras.regularizers.L1/L2/L1L2/OrthogonalRegularizer(...) or a name such as 'l2' where the layer is built"

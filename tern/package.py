@@ -37,6 +37,8 @@ class ClassInfo:
     submodels: tuple[str, ...] = ()
     #: how the class treats Keras' implicit masks (``mask_facts``)
     masks: MaskFacts = field(default_factory=lambda: MaskFacts())
+    #: methods and properties the class defines itself (``metrics`` over Keras' own)
+    members: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class PackageInfo:
     #: top-level functions that return a literal ``Sequential([...])`` of layers without a training flag: an
     #: ``nn.Sequential`` of the same layers (rules/structure/sequential.py), Keras' i-th layer its element i
     sequential_factories: set[str] = field(default_factory=set)
+    #: top-level functions that only copy their one argument through its Keras config
+    #: (``return x.__class__.from_config(x.get_config())``, recommenders' ``_clone_initializer``)
+    config_copies: set[str] = field(default_factory=set)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -149,6 +154,32 @@ class PackageInfo:
 
     def is_module_class(self, name: str) -> bool:
         return name in self.classes
+
+
+def is_config_copy(fn: ast.FunctionDef) -> bool:
+    """``def f(x): return x.__class__.from_config(x.get_config())`` (a docstring allowed): a fresh
+    Keras object with ``x``'s configuration, which for a stateless value is ``x`` itself."""
+    args = fn.args
+    if len(args.args) != 1 or args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        return False
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    return config_copy_of(body[0].value) == args.args[0].arg
+
+
+def config_copy_of(node: ast.expr) -> str | None:
+    """The copied expression's source if ``node`` is ``x.__class__.from_config(x.get_config())``."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "from_config"
+            and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "__class__"):
+        return None
+    inner = node.args[0]
+    if not (isinstance(inner, ast.Call) and not inner.args and not inner.keywords
+            and isinstance(inner.func, ast.Attribute) and inner.func.attr == "get_config"):
+        return None
+    copied = ast.unparse(node.func.value.value)
+    return copied if ast.unparse(inner.func.value) == copied else None
 
 
 def _base_tail(node: ast.expr) -> str:
@@ -343,6 +374,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
+            if is_config_copy(node):
+                info.config_copies.add(node.name)
             if _returns_optimizer(node):
                 info.optimizer_factories.add(node.name)
             elif _optimizer_tuple_size(node):
@@ -351,7 +384,10 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(_base_tail(b) for b in node.bases)
-            info.classes[node.name] = ClassInfo(node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node))
+            info.classes[node.name] = ClassInfo(
+                node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node),
+                frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+            )
         elif isinstance(node, ast.FunctionDef) and _returns_model(node):
             info.factories.add(node.name)
         elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):

@@ -239,7 +239,7 @@ def _guard_holds(when: dict[str, list[str]], values: dict[str, cst.BaseExpressio
 
 def expand_template(
     template: str | list[str], values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None,
-    *, strict: bool = True,
+    *, strict: bool = True, guarded: frozenset[str] = frozenset(),
 ) -> cst.BaseExpression | Refusal:
     """Fill ``{param}`` placeholders with argument code; ``[[...]]`` spans need all theirs.
 
@@ -248,7 +248,9 @@ def expand_template(
     written as ``{when = {param = [names]}, template = "..."}`` is tried only when that
     argument names one of them (``tf.random.uniform`` with an integer ``dtype``) or is a
     literal of one of the kinds listed (``int``, ``float``, ``list``, ``tuple``). A conditional
-    expression whose test came out as a literal ``True``/``False`` is folded.
+    expression whose test came out as a literal ``True``/``False`` is folded. A guarded argument
+    is placed by its guard: its value is known, so the alternative may leave it out
+    (``band_part(x, -1, 0)`` is ``jnp.tril(x)``).
 
     Target names in the template are respelled (``jax.numpy`` -> ``jnp``) before the
     user's argument code goes in, so user code is never rewritten by accident.
@@ -256,17 +258,19 @@ def expand_template(
     if isinstance(template, list):
         refusal = Refusal("no template alternative fits the given arguments")
         for alternative in template:
+            guard: frozenset[str] = frozenset()
             if isinstance(alternative, dict):  # {when = {param = [names]}, template = "..."}
                 if not _guard_holds(alternative["when"], values):
                     continue
+                guard = frozenset(alternative["when"])
                 alternative = alternative["template"]
-            out = expand_template(alternative, values, ctx, defaults, strict=strict)
+            out = expand_template(alternative, values, ctx, defaults, strict=strict, guarded=guard)
             if not isinstance(out, Refusal):
                 return out
             refusal = out
         return refusal
     defaults = defaults or {}
-    given = set(values)
+    given = set(values) - guarded
     values = dict(values)
     for name, default in defaults.items():
         if name not in values:

@@ -106,6 +106,7 @@ class Translator(cst.CSTTransformer):
         self._not_refs: set[int] = set()
         self._compared: set[int] = set()  # operands of ==, is, in: identity matters there
         self._identity_values: set[str] = set()  # activation values the file compares: named, not built
+        self._annotations = 0  # depth of annotations around the current node
         self._touched_source = [False]
         self._pending_at: list[int] = []
         self._headers: list[cst.CSTNode] = []  # if/for/while/with statements being visited
@@ -271,6 +272,13 @@ class Translator(cst.CSTTransformer):
 
     def visit_Param(self, node: cst.Param) -> None:
         self._not_refs.add(id(node.name))
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self._annotations += 1
+
+    def leave_Annotation(self, original, updated):
+        self._annotations -= 1
+        return updated
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         self._compared.add(id(node.left))
@@ -471,6 +479,14 @@ class Translator(cst.CSTTransformer):
                 if out is not None:
                     ctx.edit(rule.id, original, out)
                     return out
+        if self._annotations and name.startswith("keras.") and (record is None or not record.signature.params and record.template is None):
+            # a Keras class named only as a type (``Union[str, keras.layers.Activation]``) with no
+            # JAX type to name: the objects it stands for translate to functions and modules, an
+            # annotation does not change what runs, and typing.Any claims nothing. TF's own types
+            # (tf.RaggedTensor) are data JAX lacks: they keep their TODO.
+            out = ctx.target_expr("typing.Any")
+            ctx.edit("engine:annotation-type", original, out)
+            return out
         return updated
 
     # -- parentheses we added that are not needed ------------------------------------

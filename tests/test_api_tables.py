@@ -311,7 +311,7 @@ def test_template_is_python(record: ApiRecord):
 
 def _check_template(record, sig, params, template):
     for kind in re.findall(r"\{table:(\w+)\}", template):
-        assert kind in {"activation", "initializer"}, f"{record.source}: no value table {kind!r}"
+        assert kind in {"activation", "initializer", "regularizer"}, f"{record.source}: no value table {kind!r}"
     template = re.sub(r"\{table:\w+\}", "TABLE", template)
     for name in SUPPORT.findall(template):
         assert name in support_definitions(), f"{record.source}: no support definition {name} in rules/support"

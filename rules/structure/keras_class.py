@@ -95,6 +95,16 @@ def _assignments(body: cst.CSTNode):
                 attr = _self_attr(target.target)
                 if attr is not None:
                     found.append((attr, node.value))
+                elif isinstance(target.target, (cst.Tuple, cst.List)):
+                    # ``self.us, self.vs = [], []``: each attribute with its own value when the
+                    # right side is a same-length tuple, else with the whole value
+                    elements = target.target.elements
+                    values = node.value.elements if isinstance(node.value, (cst.Tuple, cst.List)) else None
+                    for i, element in enumerate(elements):
+                        attr = _self_attr(element.value)
+                        if attr is not None:
+                            value = values[i].value if values is not None and len(values) == len(elements) else node.value
+                            found.append((attr, value))
 
     body.visit(V())
     return found
@@ -211,7 +221,9 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
                     info.refusal = f"`self.{attr}` is created in `__init__` and again in `build`"
                 info.sublayers[attr] = ref
                 info.build_layers.add(attr)
-    if "call" not in methods:
+    if "call" not in methods and ("__call__" not in methods or build is not None):
+        # a layer that overrides `__call__` itself skips Keras' build, masks and training
+        # flag: with no `build`, that method is the module's `__call__` as written
         info.refusal = info.refusal or "no `call` method"
     if info.build_assigned:
         for name, method in methods.items():
@@ -436,6 +448,8 @@ class KerasClassRule(Rule):
         fields = []
         translated = _translated_params(stmts)
         for param in info.params:
+            if param.name.value == "name":
+                continue  # flax.linen.Module has its own `name` field (keyword-only), the layer's name as in Keras
             param = translated.get(param.name.value, param)  # its default as the rules left it
             annotation = _annotation(param)
             if annotation == "typing.Any":
@@ -491,6 +505,9 @@ class KerasClassRule(Rule):
                          "build it in a local and assign it once")
         if lists:
             out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
+        resolved = _resolved_once(setup)
+        if resolved:
+            out_methods = [s if s is setup else s.visit(_LookupOnce(resolved)) for s in out_methods]
         if fields and out_methods and isinstance(out_methods[0], cst.FunctionDef) and not out_methods[0].leading_lines:
             out_methods[0] = out_methods[0].with_changes(leading_lines=[cst.EmptyLine()])
         body = docstring + fields + out_methods
@@ -549,6 +566,8 @@ class KerasClassRule(Rule):
             for i, p in enumerate(new_params)
         ]
         out = call.with_changes(name=cst.Name("__call__"), params=call.params.with_changes(params=new_params))
+        own = {p.name.value for p in info.params} | set(info.sublayers) | set(info.weights)
+        out = out.visit(_DtypePolicy(ctx, frozenset(DTYPE_POLICY) - own))
         if not info.compact:
             if info.inline_layers == "stateless":
                 out = out.with_changes(decorators=[cst.Decorator(ctx.target_name("flax.linen.compact")), *out.decorators])
@@ -575,7 +594,10 @@ class KerasClassRule(Rule):
         if weights.refusal:
             return Refusal(weights.refusal)
         build_stmts = [s for s in _strip_doc(build_body.body) if not _is_keras_build_bookkeeping(s)]
-        body = [*prelude, *build_stmts, *call_body.body]
+        call_stmts = list(call_body.body)
+        doc = [] if _strip_doc(call_stmts) == call_stmts else [call_stmts.pop(0)]
+        call_stmts = [s for s in call_stmts if not _is_lazy_build_guard(s)]
+        body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
 
@@ -724,6 +746,81 @@ def _is_keras_build_bookkeeping(stmt: cst.CSTNode) -> bool:
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target) == "built"
 
 
+def _is_table_lookup(node) -> str | None:
+    """The table of ``_TERN_<KIND>S.get(v, v)`` (a value-table lookup the translation wrote), else None."""
+    if not (isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("get")))
+            and len(node.args) == 2 and node.args[0].value.deep_equals(node.args[1].value)):
+        return None
+    table = node.func.value.value
+    return table if table.startswith("_TERN_") and table.endswith("S") else None
+
+
+def _resolved_once(setup) -> dict[str, str]:
+    """``self.attr`` -> table, for attributes setup assigns once from a table lookup
+    (``self._kernel_initializer = _TERN_INITIALIZERS.get(...)``, from ``keras.initializers.get``)."""
+    if not isinstance(setup, cst.FunctionDef):
+        return {}
+    found: dict[str, str | None] = {}
+    stores: list[str] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Assign(self, node):
+            stores.extend(a for a in (_self_attr(t.target) for t in node.targets) if a is not None)
+
+    setup.visit(_Collect())
+    for node in setup.body.body:  # top-level statements: they run on every way through setup
+        for small in getattr(node, "body", ()) if isinstance(node, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                attr = _self_attr(small.targets[0].target)
+                if attr is not None:
+                    found[attr] = _is_table_lookup(small.value)
+    return {a: t for a, t in found.items() if t is not None and stores.count(a) == 1}
+
+
+class _LookupOnce(cst.CSTTransformer):
+    """``_TERN_X.get(self.a, self.a)`` -> ``self.a`` where setup already looked ``self.a`` up in that
+    table: the table maps names to functions, and a function is not a key, so a second lookup
+    gives the same value."""
+
+    def __init__(self, resolved: dict[str, str]):
+        self.resolved = resolved
+
+    def leave_Call(self, original, updated):
+        table = _is_table_lookup(updated)
+        if table is None:
+            return updated
+        attr = _self_attr(updated.args[0].value)
+        return updated.args[0].value if attr is not None and self.resolved.get(attr) == table else updated
+
+
+#: a Keras layer's dtype policy, read in ``call`` (``tf.cast(y, self.compute_dtype)``): float32, Keras'
+#: default, in which every translated module computes (as tern/layers.py's DEFAULT_DTYPES)
+DTYPE_POLICY = ("compute_dtype", "dtype", "variable_dtype")
+
+
+class _DtypePolicy(cst.CSTTransformer):
+    """``self.compute_dtype`` -> ``jnp.float32`` where the class has no attribute of that name."""
+
+    def __init__(self, ctx, names: frozenset[str]):
+        self.ctx, self.names = ctx, names
+
+    def leave_Attribute(self, original, updated):
+        if m.matches(updated, m.Attribute(value=m.Name(SELF))) and updated.attr.value in self.names:
+            return self.ctx.target_name("jax.numpy.float32")
+        return updated
+
+
+def _is_lazy_build_guard(stmt) -> bool:
+    """``if not self.built: self.build(shape)`` in ``call``: Keras' build on first use, which the
+    compact ``__call__`` does already (the build's statements come first)."""
+    return m.matches(stmt, m.If(
+        test=m.UnaryOperation(operator=m.Not(), expression=m.Attribute(value=m.Name(SELF), attr=m.Name("built"))),
+        body=m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+            func=m.Attribute(value=m.Name(SELF), attr=m.Name("build"))))])]),
+        orelse=None,
+    ))
+
+
 def _strip_doc(stmts):
     out = list(stmts)
     if out and m.matches(out[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
@@ -753,6 +850,21 @@ class _WeightRewriter(cst.CSTTransformer):
         elif attr in self.info.build_layers and isinstance(value, cst.Call):
             value = _with_name(value, attr)
         return updated.with_changes(targets=[cst.AssignTarget(cst.Name(attr))], value=value)
+
+    def leave_Call(self, original, updated):
+        """``self.blocks.append(Dense(...))`` for a list made in build: the i-th layer is named
+        ``blocks_<i>``, where Flax puts the i-th element of a list attribute (and weight porting looks)."""
+        if not (m.matches(original.func, m.Attribute(attr=m.Name("append"))) and len(original.args) == 1):
+            return updated
+        attr = _self_attr(original.func.value)
+        if attr is None or attr not in self.info.build_assigned or not isinstance(updated.args[0].value, cst.Call):
+            return updated
+        made = updated.args[0].value
+        inner = made.args[0].value if m.matches(made, m.Call(func=m.Name("KerasRegularized"))) and made.args else made
+        if _layer_ref(self.ctx, original.args[0].value) is None and not _is_flax_module_call(inner):
+            return updated
+        name = cst.parse_expression(f'f"{attr}_{{len({attr})}}"')
+        return updated.with_changes(args=[updated.args[0].with_changes(value=_with_name(updated.args[0].value, name))])
 
     def _add_weight(self, attr: str, call: cst.Call):
         args = {}
@@ -834,12 +946,18 @@ class _WeightRewriter(cst.CSTTransformer):
         ).with_changes(leading_lines=updated.leading_lines)
 
 
-def _with_name(call: cst.Call, name: str) -> cst.Call:
-    """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name."""
+def _with_name(call: cst.Call, name: str | cst.BaseExpression) -> cst.Call:
+    """``call`` given ``name="<name>"``: the submodule's variables under the attribute's name. A
+    regularized layer (``KerasRegularized(nn.Dense(...), ...)``) names the layer it wraps: built
+    inside a compact method, that layer is bound there and holds the variables."""
+    if m.matches(call, m.Call(func=m.Name("KerasRegularized"))) and call.args and isinstance(call.args[0].value, cst.Call) \
+            and call.args[0].keyword is None:
+        return call.with_changes(args=[call.args[0].with_changes(value=_with_name(call.args[0].value, name)), *call.args[1:]])
     args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == "name")]
     if args:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(cst.SimpleString(f'"{name}"'), keyword=cst.Name("name"),
+    value = cst.SimpleString(f'"{name}"') if isinstance(name, str) else name
+    args.append(cst.Arg(value, keyword=cst.Name("name"),
                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
     return call.with_changes(args=args)
 

@@ -8,7 +8,8 @@ layer's own fused activation. This wrapper calls the flax layer, applies the act
 and sows those terms (``keras_add_loss``) computed from the params that very pass used, so
 gradients flow through them. ``weight_regularizers`` pairs a param path inside the layer's
 ``params`` with its regularizer; a param the layer did not create (``use_bias=False``) has
-no term, as in Keras. A ``training`` argument the layer does not take is dropped, as Keras
+no term, as in Keras, and so does a regularizer that is None at run time
+(``kernel_regularizer=self._kernel_regularizer``). A ``training`` argument the layer does not take is dropped, as Keras
 ignores it for such a layer (nn.Sequential and train states pass it on). Translations import it from the package's generated support module
 (``{support:KerasRegularized}`` in a template).
 """
@@ -39,6 +40,8 @@ class KerasRegularized(flax.linen.Module):
             outputs = self.activation(outputs)
         params = self.layer.variables.get("params", {})
         for path, regularizer in self.weight_regularizers:
+            if regularizer is None:
+                continue  # a regularizer argument that is None at run time: none, as in Keras
             weight = params
             for key in path.split("/"):
                 weight = weight.get(key) if hasattr(weight, "get") else None

@@ -90,12 +90,22 @@ def _module_kind(ctx, value: cst.BaseExpression):
             return func.value
         if func.value in ctx.package.factories:
             return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value in _package_modules(ctx) and ctx.package.is_module_class(func.attr.value):
+        return func.attr.value
     name = ctx.resolve(func)
     if name is not None and name in ctx.tables.layers:
         return "layer:" + name
+    if name == "keras.layers.deserialize":
+        return "deserialized"  # a layer rebuilt from keras.layers.serialize's dict (support/keras_deserialize_layer.py)
     if name in ("keras.Sequential", "keras.models.Sequential", "keras.Model", "keras.models.Model"):
         return True
     return None
+
+
+def _package_modules(ctx) -> set[str]:
+    """Names a relative import binds in this test file (``from . import loss``): package modules."""
+    return ctx.rule_state.setdefault("package_modules", set())
 
 
 def _split_weight_layers(ctx) -> frozenset[str]:
@@ -200,7 +210,10 @@ class ModuleCallsRule(Rule):
     def leave_statement(self, ctx, original, updated):
         """Remember names bound to modules (``model = MLP()``, ``self.layer = ...``) as the
         statements go by: later statements, the only ones that can use them, see them."""
-        for small in original.body:
+        for small in getattr(original, "body", ()):
+            if isinstance(small, cst.ImportFrom) and small.relative and not isinstance(small.names, cst.ImportStar):
+                # ``from . import loss``: ``loss.HardNegativeMining(...)`` builds a package module
+                _package_modules(ctx).update(a.evaluated_alias or a.evaluated_name for a in small.names)
             if not isinstance(small, cst.Assign):
                 continue
             for target, value in assigned_pairs(small, ctx):
@@ -254,6 +267,9 @@ class ModuleCallsRule(Rule):
                 return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
             if method == "get_weights" and not updated.args and not _keras_layout_may_differ(ctx, kind):
                 return cst.Call(func=cst.Name("_tern_keras_weights"), args=[cst.Arg(new_receiver)])
+            if method == "get_config" and not updated.args and isinstance(kind, str):
+                # a layer's config is its constructor arguments: the module's fields (support/keras_layer_config.py)
+                return cst.Call(func=cst.Name("keras_layer_config"), args=[cst.Arg(new_receiver)])
             if method in KERAS_ONLY:
                 ctx.todo(f"keras.Model.{method}", "Keras model API with no flax.linen counterpart (training code is translated separately)")
                 return None
@@ -342,6 +358,12 @@ class ModuleCallsRule(Rule):
             if collection:
                 args = [cst.Arg(updated.value, comma=_comma()), cst.Arg(cst.SimpleString(f'"{collection}"'))]
             return cst.Call(func=cst.Name("_tern_leaves"), args=args)
+        if attr == "metrics" and isinstance(kind, str) and kind in ctx.package.classes \
+                and "metrics" not in ctx.package.classes[kind].members:  # its own `metrics` property is translated with it
+            ctx.todo("keras.layers.Layer.metrics", "Keras gathers every Metric object the layer tracks (in the "
+                     "order its attributes were set); the translated module has no such list, and `metrics` there is "
+                     "at most its own field of that name: list the metric objects the test means")
+            return None
         if isinstance(kind, str):
             info = ctx.package.classes.get(kind)
             weight = info.weights.get(attr) if info else None
