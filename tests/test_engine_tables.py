@@ -35,6 +35,7 @@ def test_template_tables_exist():
     kinds = {k for k, _ in tables.values}
     for record in tables.api.values():
         templates = record.template if isinstance(record.template, list) else [record.template or ""]
+        templates = [t["template"] if isinstance(t, dict) else t for t in templates]  # guarded forms too
         for kind in re.findall(r"\{table:(\w+)\}", " ".join(templates)):
             assert kind in kinds, (record.source, kind)
 
@@ -42,7 +43,8 @@ def test_template_tables_exist():
 def test_every_record_has_a_target_or_a_template():
     tables = load_tables()
     for record in tables.api.values():
-        # a `todo` record is never translated (keras.optimizers.Ftrl): it needs neither
-        assert record.target or record.template or record.todo, record.source
+        # a `todo` record is never translated (keras.optimizers.Ftrl): it needs neither; a
+        # `constant` record stands for a literal (keras.losses.Reduction.AUTO)
+        assert record.target or record.template or record.todo or record.constant is not None, record.source
     for record in tables.layers.values():
         assert record.target or record.template or record.apply, record.source

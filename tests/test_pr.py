@@ -150,7 +150,7 @@ def test_opens_a_pull_request_for_a_package(world):
     assert [label["name"] for label in pull["labels"]] == ["tern", "migration"]
     body = pull["body"]
     assert "not verified: skipped (--no-verify)" in body
-    assert "30 edits: 30 by deterministic rules (100%), 0 by the LLM (0%)" in body
+    assert "31 edits: 31 by deterministic rules (100%), 0 by the LLM (0%)" in body
     assert "tern migrate models/custom_dense --out models/custom_dense_jax/custom_dense" in body
     assert "tern verify models/custom_dense_jax/custom_dense --original models/custom_dense" in body
     assert f"<!-- tern-pr head={head} -->" in body

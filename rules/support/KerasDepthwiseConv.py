@@ -1,22 +1,22 @@
 """Keras' ``DepthwiseConv1D/2D`` where the input's channel count is not known when it is made.
 
-A depthwise convolution is a grouped ``nn.Conv`` with ``feature_group_count`` = input
-channels, which ``nn.Conv`` needs as a constructor argument; a layer made in a helper or a
+A depthwise convolution is a grouped ``flax.linen.Conv`` with ``feature_group_count`` = input
+channels, which ``flax.linen.Conv`` needs as a constructor argument; a layer made in a helper or a
 ``Sequential`` list (``[DepthwiseConv2D(3), BatchNormalization()]``) has no input yet. This
-module reads the channel count from its input. Its parameters are ``nn.Conv``'s: ``kernel``
+module reads the channel count from its input. Its parameters are ``flax.linen.Conv``'s: ``kernel``
 in the grouped layout ``(*window, 1, channels * depth_multiplier)`` and ``bias``, so Keras
-weights port as for the ``nn.Conv`` form. The kernel is drawn in Keras' own layout
+weights port as for the ``flax.linen.Conv`` form. The kernel is drawn in Keras' own layout
 ``(*window, channels, depth_multiplier)`` and reshaped, so variance-scaling initializers see
 Keras' fans. Translations import it from the package's generated support module.
 """
 
 from typing import Any, Callable, Sequence
 
-import flax.linen as nn
+import flax.linen
 import jax
 
 
-class KerasDepthwiseConv(nn.Module):
+class KerasDepthwiseConv(flax.linen.Module):
     """A depthwise convolution over the last axis, channels taken from the input."""
 
     kernel_size: Sequence[int]
@@ -25,10 +25,10 @@ class KerasDepthwiseConv(nn.Module):
     depth_multiplier: int = 1
     kernel_dilation: Sequence[int] | None = None
     use_bias: bool = True
-    kernel_init: Callable = nn.initializers.glorot_uniform()
-    bias_init: Callable = nn.initializers.zeros_init()
+    kernel_init: Callable = flax.linen.initializers.glorot_uniform()
+    bias_init: Callable = flax.linen.initializers.zeros_init()
 
-    @nn.compact
+    @flax.linen.compact
     def __call__(self, inputs):
         channels = inputs.shape[-1]
         window = tuple(self.kernel_size)

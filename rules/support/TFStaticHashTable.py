@@ -8,7 +8,7 @@ refuses a key given twice with different values when the table is built; so does
 """
 
 import jax
-import numpy as np
+import numpy
 
 
 class TFStaticHashTable:
@@ -19,7 +19,7 @@ class TFStaticHashTable:
         self._default = jax.numpy.asarray(default_value, dtype=self._values.dtype)
         if not isinstance(self._keys, jax.core.Tracer) and not isinstance(self._values, jax.core.Tracer):
             seen = {}
-            for key, value in zip(np.asarray(self._keys).tolist(), np.asarray(self._values).tolist()):
+            for key, value in zip(numpy.asarray(self._keys).tolist(), numpy.asarray(self._values).tolist()):
                 if seen.setdefault(key, value) != value:
                     raise ValueError(f"HashTable has different value for same key. Key {key} has {seen[key]} and trying to add value {value}")
 
@@ -33,7 +33,7 @@ class TFStaticHashTable:
 
     def size(self):
         """How many distinct keys (TF counts a key given twice once); concrete keys only."""
-        return jax.numpy.asarray(np.unique(np.asarray(self._keys)).size)
+        return jax.numpy.asarray(numpy.unique(numpy.asarray(self._keys)).size)
 
     def lookup(self, keys):
         keys = jax.numpy.asarray(keys)

@@ -7,12 +7,12 @@ weight is one row of an ``(n, n)`` draw: the same distribution. Translations imp
 from the package's generated support module (an initializer table maps ``None`` to it).
 """
 
-import flax.linen as nn
-import jax.numpy as jnp
+import flax.linen
+import jax
 
 
-def keras_default_initializer(key, shape, dtype=jnp.float32):
+def keras_default_initializer(key, shape, dtype=jax.numpy.float32):
     """``glorot_uniform`` as Keras applies it to a weight of any rank."""
     if len(shape) == 1:
-        return nn.initializers.glorot_uniform()(key, (shape[0], shape[0]), dtype)[0]
-    return nn.initializers.glorot_uniform()(key, shape, dtype)
+        return flax.linen.initializers.glorot_uniform()(key, (shape[0], shape[0]), dtype)[0]
+    return flax.linen.initializers.glorot_uniform()(key, shape, dtype)

@@ -1,7 +1,7 @@
 """TF's ``tf.unique(x)`` in NumPy/``jax.numpy``: first-occurrence order, exact size.
 
 TF keeps the unique values in the order they first occur and returns ``idx`` mapping each
-element to its value; ``jnp.unique`` sorts the values, and its jittable form pads to a
+element to its value; ``jax.numpy.unique`` sorts the values, and its jittable form pads to a
 static ``size``: either would change what code built on ``y[0]``, ``len(y)`` or ``argmax``
 over the counts computes. The size is data-dependent, so this runs on concrete values
 (TF eager) and fails loudly on traced ones (inside ``jax.jit``/``jax.lax.map``), where TF
@@ -11,7 +11,7 @@ would need a graph with a dynamic shape.
 from typing import NamedTuple
 
 import jax
-import numpy as np
+import numpy
 
 
 class TFUnique(NamedTuple):
@@ -22,16 +22,16 @@ class TFUnique(NamedTuple):
 def _first_occurrence_unique(x):
     if isinstance(x, jax.core.Tracer):
         raise TypeError("tf.unique has a data-dependent size: call it outside jax.jit / jax.lax.map (on concrete values)")
-    x = np.asarray(x)
+    x = numpy.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"tf.unique expects a 1-D tensor, got shape {x.shape}")
-    equal_nan = not np.issubdtype(x.dtype, np.inexact)  # TF: every NaN is its own value
-    values, first, inverse, counts = np.unique(
+    equal_nan = not numpy.issubdtype(x.dtype, numpy.inexact)  # TF: every NaN is its own value
+    values, first, inverse, counts = numpy.unique(
         x, return_index=True, return_inverse=True, return_counts=True, equal_nan=equal_nan
     )
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
+    order = numpy.argsort(first, kind="stable")
+    rank = numpy.empty_like(order)
+    rank[order] = numpy.arange(order.size)
     return values[order], rank[inverse.reshape(-1)], counts[order]
 
 
