@@ -245,7 +245,6 @@ def test_migrate_then_verify_in_one_command(tmp_path):
 STATUS = tomllib.loads((EXPECTED / "status.toml").read_text())["fixture"]
 
 
-@pytest.mark.parametrize("name", sorted(n for n, s in STATUS.items() if s == "pass"))
 #: Keras' and TF's mode decorators run a test once per mode (test_x_v2_eager, test_x_v2_function,
 #: test_x_test_mode_graph); JAX has one mode, so the translation keeps one test of each
 _MODE_SUFFIX = re.compile(r"_(v2_eager|v2_function|v1_session|test_mode_eager|test_mode_graph)$")
@@ -257,6 +256,7 @@ def _distinct_tests(original: dict) -> set[str]:
     return {_MODE_SUFFIX.sub("", t) for t in original if not t.endswith("::test_session")}
 
 
+@pytest.mark.parametrize("name", sorted(n for n, s in STATUS.items() if s == "pass"))
 def test_complete_translations_import_without_tensorflow_and_keep_every_test(first, name):
     """For fixtures status.toml marks "pass": every module imports in a JAX worker (where
     TensorFlow cannot be imported), and every translated test runs and passes, as many
