@@ -8,7 +8,7 @@ keras = "keras3"              # or "tf_keras" (legacy Keras 2) for the TF side
 rtol = 1e-5                   # float32 defaults; half precision is looser by default
 atol = 1e-5
 timeout = 300                 # wall seconds per sandbox job
-memory_mb = 4096              # worker memory per job
+memory_mb = 6144              # worker memory per job
 
 [tool.tern.verify.tolerances]
 "mypkg.layers" = { rtol = 1e-4, atol = 1e-4 }          # a module
@@ -40,7 +40,7 @@ class VerifyConfig:
     rtol: float | None = None
     atol: float | None = None
     timeout: float = 300.0
-    memory_mb: int = 4096
+    memory_mb: int = 6144
     tolerances: dict[str, dict] = field(default_factory=dict)
     cases: tuple[dict, ...] = ()
     train_steps: int = 3
@@ -93,7 +93,7 @@ def load_config(start: Path) -> VerifyConfig:
             raise ConfigError(f"{path}: each [[tool.tern.verify.cases]] needs target = 'module:Name' and inputs = [...]")
     return VerifyConfig(
         keras=keras, rtol=verify.get("rtol"), atol=verify.get("atol"),
-        timeout=float(verify.get("timeout", 300)), memory_mb=int(verify.get("memory_mb", 4096)),
+        timeout=float(verify.get("timeout", 300)), memory_mb=int(verify.get("memory_mb", 6144)),
         tolerances=dict(verify.get("tolerances", {})), cases=tuple(verify.get("cases", [])), train_steps=steps,
         train_rtol=float(training.get("rtol", 1e-5)), train_atol=float(training.get("atol", 1e-6)), source=str(path),
     )

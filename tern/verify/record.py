@@ -359,6 +359,7 @@ def record_tests(payload: dict, scratch: Path) -> dict:
         except BaseException:  # noqa: BLE001 - report, record the rest
             import_errors[name] = traceback.format_exc(limit=3)
     recorder.install(modules, layer_bases(payload.get("keras", "keras3")))
+    _sorted_top_k(recorder)
     steps = StepRecorder(out, payload.get("train_steps", 3), payload.get("max_per_target", 3))
     steps.install(modules)
     try:
@@ -371,6 +372,21 @@ def record_tests(payload: dict, scratch: Path) -> dict:
     steps.finish()  # after the tests and with every patch undone: the copies it runs change nothing they saw
     return {"tests": tests, "cases": recorder.cases, "skipped": recorder.skipped, "import_errors": import_errors,
             "steps": steps.cases, "steps_not_compared": steps.not_compared}
+
+
+def _sorted_top_k(recorder: Recorder) -> None:
+    """``top_k(sorted=False)`` leaves the order unspecified (TF's CPU kernel returns what its
+    selection left), and the translation's ``lax.top_k`` sorts. While recording, TF is asked
+    for the sorted order, which its contract allows: both sides then compute the same valid
+    result, and the original tests, which cannot rely on an order, run with it too."""
+    tf = _tf()
+    top_k = tf.math.top_k
+
+    def sorted_top_k(input, k=1, sorted=True, index_type=tf.int32, name=None):  # noqa: A002 - TF's names
+        return top_k(input, k=k, sorted=True, index_type=index_type, name=name)
+
+    for owner in (tf.math, tf.nn):
+        recorder._patch(owner, "top_k", sorted_top_k)
 
 
 def _run_config_case(case: dict, recorder: Recorder) -> None:

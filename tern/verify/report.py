@@ -132,9 +132,9 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"],
-                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "problem") if k in c}
+                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "problem") if k in c}
                                            for c in checks],
-                              **({"note": case["eager"]} if case.get("eager") else {}),
+                              **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
                 if "max_abs" in check:
@@ -144,9 +144,9 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
                 row.cases_matched += 1
             elif case["status"] == "mismatch":
                 bad = next((c for c in checks if not c["ok"]), None)
-                where = (f"{bad['name']}: " + (bad.get("problem") or f"max abs {bad['max_abs']:.3g}, max rel {bad['max_rel']:.3g}"
-                         f" > rtol {bad['rtol']:g} / atol {bad['atol']:g}")) if bad else case.get("message", "")
-                row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}")
+                where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))) if bad else case.get("message", "")
+                row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}"
+                                    + (f"; {case['note']}" if case.get("note") else ""))
             else:
                 row.problems.append(f"error: {case['target']} case {case['id']}: {_last_line(case.get('message', ''))}")
     for test_file, (value, failure, hit) in tests.items():
@@ -251,3 +251,11 @@ def to_markdown(reports: list[PackageReport], *, level: int = 2, max_problems: i
 def _md(text: str) -> str:
     """One line, safe in a table cell or a bullet: no pipes, no raw HTML."""
     return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _beyond(check: dict) -> str:
+    """How far a compared value is off, and the tolerance it missed."""
+    text = f"max abs {check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > rtol {check['rtol']:g} / atol {check['atol']:g}"
+    if "rounding" in check:
+        text += f" (against the translation in float64, beyond {check['factor']:g}x its float32 rounding {check['rounding']:.3g})"
+    return text

@@ -140,8 +140,9 @@ class PackageVerifier:
         closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"])} for c in cases]
         key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,
-                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name)
-        job = self._job("jax", "tern.verify.tasks:replay_module", {"module": module, "cases": payload_cases}, jax_root)
+                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name, self.config.memory_mb)
+        job = self._job("jax", "tern.verify.tasks:replay_module",
+                        {"module": module, "cases": payload_cases, "memory_mb": self.config.memory_mb}, jax_root)
         value, failure, hit = await self._run("replay", key, job)
         if value is not None and not hit:
             self.cache.put(key, "replay", value)
