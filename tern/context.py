@@ -75,6 +75,9 @@ class FileContext:
     datasets: FileDatasets | None = None
     #: TF left as written on purpose (an allowance, a graph function): read it after the pass
     kept_tf: bool = False
+    #: module-level names bound to the package's own code: relative imports and top-level
+    #: functions (``package_helpers``)
+    package_helpers: frozenset[str] = frozenset()
     #: differences by design the report states once per file (``Note``)
     notes: list[Note] = field(default_factory=list)
 

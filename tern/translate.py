@@ -718,6 +718,21 @@ def insert_after_imports(module: cst.Module, stmts: list[cst.CSTNode]) -> cst.Mo
     return module.with_changes(body=body)
 
 
+def package_helpers(module: cst.Module) -> frozenset[str]:
+    """Names the module binds to its package's own code: what ``from . import x`` and
+    ``from .m import f`` import, and its top-level functions."""
+    names = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and small.relative and not isinstance(small.names, cst.ImportStar):
+                    names.update((a.asname.name if a.asname else a.name).value for a in small.names
+                                 if isinstance(a.asname.name if a.asname else a.name, cst.Name))
+    return frozenset(names)
+
+
 def translate_module(
     module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
     tables: Tables | None = None, source: str | None = None, support_module: str = SUPPORT_MODULE,
@@ -735,6 +750,7 @@ def translate_module(
     ctx = FileContext(
         tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
         plan=plan, is_test=is_test, datasets=_datasets(source, package, tables),
+        package_helpers=package_helpers(module),
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]

@@ -475,7 +475,7 @@ class KerasClassRule(Rule):
             name = stmt.name.value
             if name == "__init__":
                 stmt, trackers = _tracker_properties(ctx, stmt, info, param_names)
-                stmt, checks = _constructor_checks(stmt, param_names)
+                stmt, checks = _constructor_checks(stmt, param_names, ctx.package_helpers)
                 if checks is not None:
                     out_methods.append(checks)
                 setup = self._setup(ctx, stmt, info, param_names)
@@ -602,22 +602,34 @@ class KerasClassRule(Rule):
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
 
 
-def _constructor_checks(init: cst.FunctionDef, params: set[str]) -> tuple[cst.FunctionDef, cst.FunctionDef | None]:
+def _constructor_checks(init: cst.FunctionDef, params: set[str],
+                        helpers: frozenset[str] = frozenset()) -> tuple[cst.FunctionDef, cst.FunctionDef | None]:
     """``init`` without its argument checks, and a ``__post_init__`` that makes them.
 
     ``if filters < 1: raise ValueError(...)`` in a Keras constructor raises when the layer is
     made; Flax runs ``setup`` lazily, at the first ``init``/``apply``, so a check left there
     would pass construction silently. A check moves when it reads constructor parameters only
-    (and builtins) and does nothing but raise; ``__post_init__`` reads the fields."""
+    (and builtins) and does nothing but raise; ``__post_init__`` reads the fields.
+
+    A value computed by a package helper from the parameters alone (``h, w =
+    conv_utils.normalize_tuple(block_size, 2, "block_size")``) may raise too: the helper
+    is called in ``__post_init__`` as well, for its checks, and ``setup`` still computes
+    the value."""
     rebound = _rebound(init.body, params)
     lists = _list_params(init, params)
     checks, kept, changed = [], [], set()
     for stmt in init.body.body:
         if _is_argument_check(stmt, params - rebound - changed):
             checks.append(stmt.visit(_ParamsToFields(params - lists)))
-        else:
-            kept.append(stmt)
-            changed |= _mutated(stmt, params)
+            continue
+        call = _checking_call(stmt, params - rebound - changed, helpers)
+        if call is not None:
+            checks.append(cst.SimpleStatementLine(
+                [cst.Expr(call.visit(_ParamsToFields(params - lists)))],
+                leading_lines=[cst.EmptyLine(comment=cst.Comment(
+                    "# as Keras did when the layer was made, for its argument checks (setup keeps the value)"))]))
+        kept.append(stmt)
+        changed |= _mutated(stmt, params)
     if not checks:
         return init, None
     copies = _list_copies(lists & set().union(*(_names_in([c]) for c in checks)))
@@ -637,6 +649,21 @@ def _is_argument_check(stmt: cst.CSTNode, params: set[str]) -> bool:
         return False
     names = {n.value for n in _names_read(stmt)}
     return bool(names & params) and names <= params | _BUILTINS and SELF not in names
+
+
+def _checking_call(stmt: cst.CSTNode, params: set[str], helpers: frozenset[str]) -> cst.Call | None:
+    """The package-helper call an assignment makes from constructor parameters, literals
+    and builtins alone, or None."""
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(value=m.Call())])):
+        return None
+    call = stmt.body[0].value
+    head = call.func
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    if not isinstance(head, cst.Name) or head.value not in helpers:
+        return None
+    names = {n.value for arg in call.args for n in _names_read(arg)}
+    return call if names & params and names <= params | _BUILTINS and SELF not in names else None
 
 
 _BUILTINS = frozenset(dir(__import__("builtins")))
