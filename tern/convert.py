@@ -139,6 +139,21 @@ def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
     return convert
 
 
+def noise_shape(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+    """Keras' Dropout ``noise_shape`` as flax's ``broadcast_dims``: a literal shape whose
+    ``None`` entries take the input's size and whose 1s broadcast one mask over that axis
+    (any other size is the input's own, as Keras requires)."""
+    value = _literal(node)
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)) or not all(v is None or type(v) is int and v > 0 for v in value):
+        return Refusal(f"`{_code(node)}` is not a literal shape of ints and None: set broadcast_dims by hand")
+    axes = [i for i, v in enumerate(value) if v == 1]
+    if not axes:
+        return None  # one mask entry per input entry: flax's default
+    return cst.parse_expression("(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")")
+
+
 def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
     """TF's ``ksize``/``strides`` of an ``n``-D pool (``None``: ``tf.nn.max_pool``, whose rank is
     the input's) as flax.linen's spatial tuple. TF takes an int, or a list of 1, n or n + 2 ints
@@ -238,6 +253,7 @@ CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = 
     "tuple2": _tuple_of(2),
     "tuple3": _tuple_of(3),
     "negate": negate,
+    "noise_shape": noise_shape,
     "regularizer": regularizer,
     "tf_window": _tf_window(None),
     "tf_window1": _tf_window(1),

@@ -142,11 +142,16 @@ def live_params(fn) -> tuple[list[str], bool]:
 
 
 def kwargs_names_in_module(fn) -> str:
+    """The source that names ``fn``'s ``**kwargs`` keys: its module's, and where ``fn`` builds
+    a layer with them (``keras.layers.add``: ``Add(**kwargs)(inputs)``), the base Layer's."""
     module = inspect.getmodule(inspect.unwrap(fn))
     try:
-        return inspect.getsource(module)
+        text = inspect.getsource(module)
     except (OSError, TypeError):
         return ""
+    if re.search(r"\*\*kwargs\)\(", text):
+        text += " ".join(f"'{p}'" for p in inspect.signature(keras.layers.Layer.__init__).parameters)
+    return text
 
 
 def alternatives(record) -> list[str]:

@@ -580,13 +580,9 @@ class KerasClassRule(Rule):
         if not call_params:
             return Refusal("`call` takes no inputs")
         inputs = call_params[0].name.value
-        prelude: list[cst.CSTNode] = []
-        if build_params:
-            shape_name = build_params[0].name.value
-            ctx.plan.spell("jax")
-            ctx.plan.spell("jax.numpy")
-            prelude.append(cst.parse_statement(f"{shape_name} = jax.tree_util.tree_map(jnp.shape, {inputs})\n"))
         weights = _WeightRewriter(ctx, info)
+        build = build.with_changes(body=build.body.with_changes(
+            body=[s for s in build.body.body if not _is_dead_name_guard(s)]))
         build_body = build.body.visit(weights)
         if weights.refusal:
             return Refusal(weights.refusal)
@@ -597,6 +593,11 @@ class KerasClassRule(Rule):
         call_stmts = list(call_body.body)
         doc = [] if _strip_doc(call_stmts) == call_stmts else [call_stmts.pop(0)]
         call_stmts = [s for s in call_stmts if not _is_lazy_build_guard(s)]
+        prelude: list[cst.CSTNode] = []
+        if build_params and build_params[0].name.value in _names_in([*build_stmts, *call_stmts]):
+            ctx.plan.spell("jax")
+            ctx.plan.spell("jax.numpy")
+            prelude.append(cst.parse_statement(f"{build_params[0].name.value} = jax.tree_util.tree_map(jnp.shape, {inputs})\n"))
         body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
@@ -771,6 +772,19 @@ def _is_keras_build_bookkeeping(stmt: cst.CSTNode) -> bool:
     if isinstance(small, cst.Expr) and m.matches(small.value, m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name("build")))):
         return True
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and _self_attr(small.targets[0].target) == "built"
+
+
+def _is_dead_name_guard(stmt: cst.CSTNode) -> bool:
+    """``if self.name is None: self.name = backend.get_uid(...)``: Keras names every layer in
+    its constructor, so the guard never runs (and Flax's ``self.name`` is the module's own)."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return False
+    if not m.matches(stmt.test, m.Comparison(left=m.Attribute(value=m.Name(SELF), attr=m.Name("name")),
+                                            comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
+        return False
+    return all(isinstance(s, cst.SimpleStatementLine) and all(
+        isinstance(b, cst.Assign) and len(b.targets) == 1 and _self_attr(b.targets[0].target) == "name" for b in s.body)
+        for s in stmt.body.body)
 
 
 def _is_table_lookup(node) -> str | None:
