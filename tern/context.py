@@ -78,6 +78,9 @@ class FileContext:
     #: module-level names bound to the package's own code: relative imports and top-level
     #: functions (``package_helpers``)
     package_helpers: frozenset[str] = frozenset()
+    #: module-level names bound once to a literal Keras config dict
+    #: (``{"class_name": "VarianceScaling", "config": {...}}``): name -> its value
+    keras_configs: dict[str, dict] = field(default_factory=dict)
     #: differences by design the report states once per file (``Note``)
     notes: list[Note] = field(default_factory=list)
 

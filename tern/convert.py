@@ -86,11 +86,34 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
             return node  # already translated (``jax.nn.relu`` from ``tf.nn.relu``)
         if kind == "dtype" and isinstance(node, (cst.Name, cst.Attribute)):
             return node  # a user variable holding a dtype
+        if kind == "initializer" and isinstance(node, cst.Name) and node.value in getattr(ctx, "keras_configs", {}):
+            return _config_initializer(ctx.keras_configs[node.value], ctx)
         if kind in ("activation", "initializer") and isinstance(node, (cst.Name, cst.Attribute)):
             return ctx.value_lookup(kind, node)  # a field or variable: map by name at run time
         return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
 
     return convert
+
+
+#: Keras' VarianceScaling distributions -> jax.nn.initializers.variance_scaling's
+_DISTRIBUTIONS = {"truncated_normal": "truncated_normal", "untruncated_normal": "normal", "uniform": "uniform"}
+
+
+def _config_initializer(value: dict, ctx: ConvertContext) -> Result:
+    """A Keras initializer config dict (what ``keras.initializers.get`` deserializes) as the
+    flax initializer it describes: VarianceScaling with its scale, mode and distribution
+    written out, or a class taking no arguments (a seed is dropped: init brings the key)."""
+    name, config = value["class_name"], {k: v for k, v in value.get("config", {}).items() if k != "seed"}
+    if name == "VarianceScaling":
+        scale, mode = config.pop("scale", 1.0), config.pop("mode", "fan_in")
+        distribution = _DISTRIBUTIONS.get(config.pop("distribution", "truncated_normal"))
+        if config or distribution is None or mode not in ("fan_in", "fan_out", "fan_avg") or not isinstance(scale, (int, float)):
+            return Refusal(f"VarianceScaling config {value['config']!r}: not one tern reads")
+        return ctx.target_expr(f'flax.linen.initializers.variance_scaling({float(scale)!r}, "{mode}", "{distribution}")')
+    target = ctx.value_target("initializer", name)
+    if target is None or config:
+        return Refusal(f"initializer config {value!r}: no mapping for {name} with these arguments")
+    return ctx.target_expr(target)
 
 
 def _dtype_refusal(ctx, source: str) -> str:

@@ -733,6 +733,30 @@ def package_helpers(module: cst.Module) -> frozenset[str]:
     return frozenset(names)
 
 
+def keras_configs(module: cst.Module) -> dict[str, dict]:
+    """Top-level names bound once, to a literal Keras config dict (``class_name`` and
+    ``config`` keys): keras-cv's ``CONV_KERNEL_INITIALIZER = {"class_name": ...}``."""
+    found: dict[str, dict] = {}
+    bound: dict[str, int] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                for target in targets:
+                    if isinstance(target, cst.Name):
+                        bound[target.value] = bound.get(target.value, 0) + 1
+                if isinstance(small, cst.Assign) and len(targets) == 1 and isinstance(targets[0], cst.Name):
+                    try:
+                        value = ast.literal_eval(module.code_for_node(small.value))
+                    except (ValueError, SyntaxError):
+                        continue
+                    if isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config", {}), dict):
+                        found[targets[0].value] = value
+    return {name: value for name, value in found.items() if bound[name] == 1}
+
+
 def translate_module(
     module: cst.Module, *, is_test: bool = False, package: PackageInfo | None = None,
     tables: Tables | None = None, source: str | None = None, support_module: str = SUPPORT_MODULE,
@@ -750,7 +774,7 @@ def translate_module(
     ctx = FileContext(
         tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
         plan=plan, is_test=is_test, datasets=_datasets(source, package, tables),
-        package_helpers=package_helpers(module),
+        package_helpers=package_helpers(module), keras_configs=keras_configs(module),
     )
     out = module.visit(Translator(ctx))
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
