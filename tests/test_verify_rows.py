@@ -58,3 +58,26 @@ def test_marker_classes_and_field_records_owe_nothing(tmp_path):
 def test_rows_without_imports_behave_as_before():
     rows = {r.module: r for r in build_rows("pkg", MODULES, {}, {"test_other.py": _tests("passed")}, {}, SimpleNamespace(cause="x"), None)}
     assert rows["pkg.test_other"].tests_passed == 2
+
+
+def _replay(*cases: tuple[str, list[str]]) -> tuple:
+    """A replay job's value: one case per (status, modules whose Flax modules ran)."""
+    return ({"import_error": "", "cases": [
+        {"target": f"pkg.f1_score:Model{i}", "id": str(i), "status": status, "ran": ran,
+         "outputs": [{"name": "y", "ok": status == "match", "max_abs": 0.0, "max_rel": 0.0, "rtol": 1e-5, "atol": 1e-5}], "gradients": []}
+        for i, (status, ran) in enumerate(cases)]}, None, False)
+
+
+def test_a_helper_module_whose_layers_ran_in_matching_replays_is_equivalent():
+    replays = {"pkg.f1_score": _replay(("match", ["pkg.f1_score", "pkg.recall", "flax.linen.linear"]))}
+    rows = {r.module: r for r in build_rows("pkg", MODULES, replays, {}, {}, None, None, {})}
+    assert rows["pkg.recall"].status == "equivalent"
+    assert rows["pkg.recall"].covered_by == ["pkg.f1_score:Model0 (replayed)"]
+    assert rows["pkg.types"].status == "untested"  # nothing of it ran
+
+
+def test_a_helper_module_in_a_mismatching_replay_is_not_credited():
+    replays = {"pkg.f1_score": _replay(("match", ["pkg.recall"]), ("mismatch", ["pkg.recall"]))}
+    rows = {r.module: r for r in build_rows("pkg", MODULES, replays, {}, {}, None, None, {})}
+    assert rows["pkg.f1_score"].status == "mismatch"
+    assert rows["pkg.recall"].status == "untested" and not rows["pkg.recall"].covered_by

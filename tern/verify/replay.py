@@ -23,6 +23,7 @@ still fails; the report keeps both comparisons.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import traceback
@@ -164,7 +165,9 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
             return jax.jit(loss_and_outputs)
 
         resident = _reset_peak_memory()
-        (_, outputs), (grad_params, grad_inputs) = step_in(jnp.float32)(variables, floats, rest)
+        with _modules_run() as ran:
+            (_, outputs), (grad_params, grad_inputs) = step_in(jnp.float32)(variables, floats, rest)
+        result["ran"] = sorted(ran)
         wide_needs = resident + 2 * (_peak_memory() - resident)  # float64 doubles what the float32 call took
         want_paths = array_paths(meta["outputs"])
         got_leaves = jax.tree_util.tree_leaves(outputs)
@@ -252,6 +255,22 @@ def _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inp
     for key, want in flatten(want_tree.get("params", {})).items():
         values.append(("d/d " + "/".join(key), got_flat[key], want))
     return values, []
+
+
+@contextlib.contextmanager
+def _modules_run():
+    """The Python modules whose Flax modules ran in a call: a package module of helper layers
+    (keras-cv's ``csp_darknet_utils``) is compared through the calls it runs in."""
+    import flax.linen as nn
+
+    ran: set[str] = set()
+
+    def note(method, args, kwargs, context):
+        ran.add(type(context.module).__module__)
+        return method(*args, **kwargs)
+
+    with nn.intercept_methods(note):
+        yield ran
 
 
 def _reset_peak_memory() -> float:

@@ -131,7 +131,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
         for case in value.get("cases", []):
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", [])
-            row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"],
+            row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
                               "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "problem") if k in c}
                                            for c in checks],
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
@@ -179,6 +179,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             row.problems.append(f"error: recording the original tests failed ({record_failure.cause})")
     for row in rows.values():
         row.settle()
+    _cover_by_replays(rows)
     for test_file, imported in (imports or {}).items():
         owner = _owner(test_file, modules, package, imported)
         if owner in modules:
@@ -195,6 +196,25 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
                 row.problems.append(f"{'test failed' if row.status == 'mismatch' else 'error'}: tests in {test_file}, "
                                     "which import it, do not pass")
     return sorted(rows.values(), key=lambda r: r.module)
+
+
+def _cover_by_replays(rows: dict[str, "ModuleRow"]) -> None:
+    """A module with nothing compared of its own whose layers ran inside replayed calls of
+    another module (helper blocks of a model) is equivalent when every such call matched:
+    its code was part of each compared output and gradient."""
+    covering: dict[str, list[dict]] = {}
+    for owner, row in rows.items():
+        for case in row.cases:
+            for module in case.get("ran", []):
+                if module != owner:
+                    covering.setdefault(module, []).append({**case, "owner": owner})
+    for module, cases in covering.items():
+        row = rows.get(module)
+        if row is None or row.status != "untested" or row.problems:
+            continue
+        if all(c["status"] == "match" for c in cases):
+            row.covered_by.extend(sorted({f"{c['target']} (replayed)" for c in cases}))
+            row.status = "equivalent"
 
 
 def _last_line(text: str) -> str:
