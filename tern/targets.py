@@ -124,7 +124,30 @@ def names_in_use(code: str | ast.Module) -> set[str]:
     return used
 
 
+def fallback_lines(stmt: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """The statements of a top-level ``try: import A / except ImportError: import B`` (an
+    import with a fallback), or None for any other statement."""
+    if not isinstance(stmt, cst.Try):
+        return None
+    blocks = [stmt.body, *(h.body for h in stmt.handlers), *(b.body for b in (stmt.orelse, stmt.finalbody) if b is not None)]
+    lines = [line for block in blocks for line in block.body]
+    return lines if lines and all(isinstance(line, cst.SimpleStatementLine) for line in lines) else None
+
+
+def _bindings(stmt: cst.CSTNode) -> dict[str, str]:
+    bound: dict[str, str] = {}
+    for line in fallback_lines(stmt) or [stmt]:
+        for small in getattr(line, "body", ()):
+            if isinstance(small, (cst.Import, cst.ImportFrom)):
+                bound.update(import_bindings(small))
+    return bound
+
+
 def _is_source_import(stmt: cst.CSTNode) -> bool:
+    lines = fallback_lines(stmt)
+    if lines is not None:  # a TF import with a TF fallback: one import
+        return all(_is_source_import(line) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in line.body)
+                   for line in lines)
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
     for small in stmt.body:
@@ -175,9 +198,7 @@ def finalize_imports(
                     for local, full in import_bindings(small).items():
                         existing[local] = full
         if _is_source_import(stmt):
-            bound = {}
-            for small in stmt.body:
-                bound.update(import_bindings(small))
+            bound = _bindings(stmt)
             if not (set(bound) & used):
                 removed.append(cst.Module([]).code_for_node(stmt).strip())
                 continue

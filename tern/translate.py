@@ -27,7 +27,7 @@ from tern.render import api_call, commas, bind, code, expand_template
 from tern.report import TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.rule import consumed_names, discover
 from tern.support_module import SUPPORT_MODULE, import_statement, names as support_names
-from tern.targets import ImportPlan, finalize_imports, names_in_use
+from tern.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
 
 
 @dataclass
@@ -117,11 +117,10 @@ class Translator(cst.CSTTransformer):
     # -- scopes ----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         imports: dict[str, str] = {}
-        for stmt in node.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, (cst.Import, cst.ImportFrom)):
-                        imports.update(import_bindings(small))
+        for stmt in _top_level_lines(node):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    imports.update(import_bindings(small))
         self.ctx.scopes = Scopes(imports, self.ctx.scopes._canonical, self.ctx.scopes._facts)
         self._generated = _generated_support(node)
         self._identity_values = self._compared_values(node)
@@ -597,6 +596,22 @@ class Translator(cst.CSTTransformer):
             if res is not None:
                 updated = res
         return updated
+
+
+def _top_level_lines(module: cst.Module) -> list[cst.SimpleStatementLine]:
+    """The module's simple statements, with the imports of a top-level import with a
+    fallback (``try: from tensorflow.keras.utils import X`` ``except ImportError: from
+    tensorflow.keras.utils.legacy import X``): they bind module names as much as an
+    unconditional import does."""
+    lines = []
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            lines.append(stmt)
+        else:
+            fallback = fallback_lines(stmt)
+            if fallback and all(isinstance(s, (cst.Import, cst.ImportFrom)) for line in fallback for s in line.body):
+                lines.extend(fallback)
+    return lines
 
 
 def _header_blocks(header: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
