@@ -598,6 +598,8 @@ class KerasClassRule(Rule):
             ctx.plan.spell("jax")
             ctx.plan.spell("jax.numpy")
             prelude.append(cst.parse_statement(f"{build_params[0].name.value} = jax.tree_util.tree_map(jnp.shape, {inputs})\n"))
+        if not build_stmts and not prelude and call_body.deep_equals(call.body) and info.inline_layers != "stateless":
+            return call.with_changes(body=call.body.with_changes(body=[*doc, *call_stmts]))  # build made nothing
         body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
