@@ -43,6 +43,12 @@ def code_blocks(text: str) -> list[str]:
     return [body for lang, body in _FENCE.findall(text) if lang.lower() in ("", "python", "py", "python3")]
 
 
+def has_code_block(text: str) -> bool:
+    """The answer so far holds a complete Python block: the prompt asks for exactly one,
+    so reading on would only pay for prose (or for a model that does not stop)."""
+    return bool(code_blocks(text))
+
+
 def extract(text: str, unit: Unit, package: str) -> Answer | Rejected:
     blocks = code_blocks(text)
     if not blocks:
