@@ -291,7 +291,7 @@ def test_agent_reaches_a_verified_translation(verified):
     assert {n: u["status"] for n, u in found.items()} == dict.fromkeys(
         ["SalientTokenSelector", "positive_values", "prefix_until_budget", "unique_counts"], "accepted")
     assert found["positive_values"]["attempts"] == 1 and found["unique_counts"]["attempts"] == 2
-    assert report["agent"]["stops"] == {"enough": 5} and report["agent"]["answers"] == 5  # every block read to its end, no further
+    assert report["agent"]["stops"] == {"block": 5} and report["agent"]["answers"] == 5  # every block read to its end, no further
     assert [s["hung_up"] for s in llm.streams].count(True) >= 1  # the endless one, closed by the client
     assert "replayed call" in found["SalientTokenSelector"]["detail"]  # the Flax module met the recorded Keras calls
     ops = (out / "ops.py").read_text()

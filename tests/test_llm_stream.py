@@ -10,14 +10,16 @@ broken client from hanging the suite.
 
 from __future__ import annotations
 
+from functools import partial
 from math import ceil
 from pathlib import Path
 
 import anyio
+import pytest
 
 import agent_answers as A
 from llm_server import ENDLESS_BOUND, ScriptedLLM
-from tern.agent.answer import Answer, extract, has_code_block
+from tern.agent.answer import Answer, cut_reason, extract, stop_reading
 from tern.agent.config import LLMConfig
 from tern.agent.llm import Completion, LLMFailure, OpenAIChat
 from tern.agent.pacing import Pacing, Signals, probe_slots
@@ -27,11 +29,12 @@ from tern.agent.units import Unit
 from tern.verify.cache import Cache
 
 MESSAGES = [{"role": "system", "content": "translate"}, {"role": "user", "content": "translate `positive_values`"}]
+STOP = partial(stop_reading, package="beyond_dynamic_shapes")
 PROSE = "Note that this keeps the order of all its entries.  "  # 52 characters: 13 chunks of 4
 THINKING = "Let me think this over. "  # 24 characters: 6 chunks
 
 
-def ask(llm: ScriptedLLM, tmp_path: Path, *, enough=None, wanted=None, pacing=None, cache=False, **settings):
+def ask(llm: ScriptedLLM, tmp_path: Path, *, stop_when=None, wanted=None, pacing=None, cache=False, **settings):
     """One ``complete`` of MESSAGES: ``wanted`` is the answer's size the caller asks for,
     ``settings`` the configuration's."""
     config = LLMConfig(model="scripted", base_url=llm.base_url, api_key="k", **settings)
@@ -40,7 +43,7 @@ def ask(llm: ScriptedLLM, tmp_path: Path, *, enough=None, wanted=None, pacing=No
     async def go():
         try:
             with anyio.fail_after(60):  # a hang is a failure, not a stuck suite
-                result = await chat.complete(MESSAGES, max_tokens=wanted, enough=enough)
+                result = await chat.complete(MESSAGES, max_tokens=wanted, stop_when=stop_when)
                 # every stream must end while the client still lives: closing the client would hang up anyway
                 await anyio.to_thread.run_sync(llm.wait_for_streams, len(llm.streams), 15.0)
                 return result
@@ -61,7 +64,7 @@ def test_answers_are_streamed_and_the_server_s_usage_is_taken(tmp_path):
 
 
 def test_max_tokens_is_sized_from_the_unit_and_capped_by_the_configuration(tmp_path):
-    assert answer_allowance("x" * 300) == 256 + 2 * 100
+    assert answer_allowance("x" * 350) == 256 + 2 * 100  # 3.5 characters a token
     with ScriptedLLM({"`positive_values`": [{"content": A.POSITIVE_VALUES}]}) as llm:
         ask(llm, tmp_path, wanted=10_000, max_tokens=4096)
         ask(llm, tmp_path, wanted=None, max_tokens=1024)
@@ -71,11 +74,11 @@ def test_max_tokens_is_sized_from_the_unit_and_capped_by_the_configuration(tmp_p
 def test_reading_stops_once_the_code_block_is_complete_and_the_server_sees_the_hang_up(tmp_path):
     step = {"content": A.POSITIVE_VALUES, "endless": PROSE, "chunk_delay": 0.002}
     with ScriptedLLM({"`positive_values`": [step]}) as llm:
-        result = ask(llm, tmp_path, enough=has_code_block)
+        result = ask(llm, tmp_path, stop_when=STOP)
         (stream,) = llm.streams
     fence_end = A.POSITIVE_VALUES.rindex("```") + 3
     chunks = ceil(fence_end / 4)  # the chunk that closed the block was the last one read
-    assert isinstance(result, Completion) and result.stop == "enough"
+    assert isinstance(result, Completion) and result.stop == "block"
     assert result.text == A.POSITIVE_VALUES[: chunks * 4]
     assert isinstance(extract(result.text, Unit("ops.py", "positive_values", "function"), "pkg"), Answer)
     assert result.usage == Usage(prompt_tokens(MESSAGES), chunks, counted=True)  # no usage comes from a cut stream
@@ -85,7 +88,7 @@ def test_reading_stops_once_the_code_block_is_complete_and_the_server_sees_the_h
 def test_an_answer_past_its_allowance_is_cut_when_the_server_ignores_max_tokens(tmp_path):
     step = {"content": THINKING, "endless": PROSE, "ignore_max_tokens": True, "chunk_delay": 0.002}
     with ScriptedLLM({"`positive_values`": [step]}) as llm:
-        result = ask(llm, tmp_path, enough=has_code_block, wanted=40)
+        result = ask(llm, tmp_path, stop_when=STOP, wanted=40)
         (stream,) = llm.streams
     read = int(OVERRUN * 40) + 1
     assert isinstance(result, Completion) and result.stop == "size" and len(result.text) == 4 * read
@@ -96,7 +99,7 @@ def test_an_answer_past_its_allowance_is_cut_when_the_server_ignores_max_tokens(
 def test_a_server_that_honours_max_tokens_ends_the_answer_and_reports_usage(tmp_path):
     step = {"content": THINKING, "endless": PROSE}
     with ScriptedLLM({"`positive_values`": [step]}) as llm:
-        result = ask(llm, tmp_path, enough=has_code_block, wanted=40)
+        result = ask(llm, tmp_path, stop_when=STOP, wanted=40)
     assert isinstance(result, Completion) and result.stop == "end" and len(result.text) == 4 * 40
     assert result.usage == Usage(len(MESSAGES[0]["content"] + MESSAGES[1]["content"]) // 4, 40, counted=False)
 
@@ -120,7 +123,7 @@ def test_a_queue_before_the_headers_is_a_timeout_too(tmp_path):
 def test_a_stalled_answer_counts_what_came_and_is_never_asked_again(tmp_path):
     step = {"content": A.POSITIVE_VALUES, "stall_after": 6, "stall": 2}
     with ScriptedLLM({"`positive_values`": [step]}) as llm:
-        result = ask(llm, tmp_path, enough=has_code_block, idle_timeout=0.3, first_token_timeout=30, max_retries=3)
+        result = ask(llm, tmp_path, stop_when=STOP, idle_timeout=0.3, first_token_timeout=30, max_retries=3)
         (stream,) = llm.streams
     assert isinstance(result, LLMFailure) and result.cause == "stalled" and "no token for 0.3 s after 6 chunk(s)" in result.message
     assert result.usage == Usage(prompt_tokens(MESSAGES), 6, counted=True)
@@ -143,20 +146,53 @@ def test_a_connection_lost_mid_answer_is_not_retried_but_one_lost_before_it_is(t
 def test_an_answer_the_server_cuts_short_is_lost_not_retried_and_halves_the_limit(tmp_path):
     pacing = Pacing(4)
     with ScriptedLLM({"`positive_values`": [{"content": A.POSITIVE_VALUES, "cut_after": 3}]}) as llm:
-        result = ask(llm, tmp_path, enough=has_code_block, pacing=pacing, max_retries=3)
+        result = ask(llm, tmp_path, stop_when=STOP, pacing=pacing, max_retries=3)
     assert isinstance(result, LLMFailure) and result.cause == "interrupted" and len(llm.requests) == 1
     assert "after 3 chunk(s) without a finish reason" in result.message
     assert result.usage == Usage(prompt_tokens(MESSAGES), 3, counted=True)
     assert pacing.changes == ["4 -> 2: the server cut an answer short for another request"]
 
 
+def test_a_block_that_imports_tensorflow_is_closed_at_that_line(tmp_path):
+    """A small model's usual answer: the import alone dooms it, so nothing after it is paid for."""
+    step = {"content": "```python\nimport tensorflow as tf\nfrom jax import numpy\n", "endless": PROSE, "chunk_delay": 0.002}
+    with ScriptedLLM({"`positive_values`": [step]}) as llm:
+        result = ask(llm, tmp_path, stop_when=STOP)
+        (stream,) = llm.streams
+    assert isinstance(result, Completion) and result.stop == "doomed" and result.text == step["content"][:4 * 9]
+    assert result.usage == Usage(prompt_tokens(MESSAGES), 9, counted=True)  # the chunk holding the line's end was the last read
+    assert cut_reason(result.text, result.stop, "beyond_dynamic_shapes").startswith("the code imports tensorflow")
+    assert stream["hung_up"] is True and stream["chunks"] < ENDLESS_BOUND
+
+
+LOOP = "def token_selector(x):\n    return max(x[0] + x[1] for x in args)\n# TODO: no rule yet\n"
+
+
+@pytest.mark.parametrize("text, stop", [
+    ("Here:\n```python\ndef f():\n    pass\n```", "block"),
+    ("```python\nimport tensorflow as tf\n", "doomed"),
+    ("```python\n\n# the imports\nimport jax\nfrom keras import ops\n", "doomed"),
+    ("```python\nimport jax.numpy as jnp\nimport os\n", "doomed"),  # outside the allowlist: extract rejects it too
+    ("```python\nimport tensorflow as tf", ""),  # the line may go on (tensorflow_probability...)
+    ("```python\nfrom beyond_dynamic_shapes.ops import helper\nimport jax\n", ""),  # the package itself is allowed
+    ("```python\nimport jax\ndef f(x):\n    import tensorflow\n", ""),  # only the leading imports are judged early
+    ("```text\nimport tensorflow\n```\nNow:\n```python\nimport jax\n", ""),  # a text block is not the answer
+    ("I would import tensorflow as tf\nimport tensorflow\n", ""),  # no block yet
+    ("```python\n" + LOOP * 3, "looping"),
+    ("```python\n" + LOOP * 2, ""),  # twice can be a pattern; three times is a loop
+    ("```python\n" + "x += 1\n" * 12, ""),  # short repeated lines are code, not a loop
+])
+def test_reading_stops_at_a_complete_block_a_doomed_one_or_a_loop(text, stop):
+    assert stop_reading(text, "beyond_dynamic_shapes") == stop
+
+
 def test_cut_answers_are_cached_as_cut(tmp_path):
     step = {"content": A.POSITIVE_VALUES, "endless": PROSE, "chunk_delay": 0.002}
     with ScriptedLLM({"`positive_values`": [step]}) as llm:
-        first = ask(llm, tmp_path, enough=has_code_block, cache=True)
-        second = ask(llm, tmp_path, enough=has_code_block, cache=True)
+        first = ask(llm, tmp_path, stop_when=STOP, cache=True)
+        second = ask(llm, tmp_path, stop_when=STOP, cache=True)
     assert isinstance(second, Completion) and second.cached and second.tokens == 0
-    assert second.text == first.text and second.stop == "enough" and len(llm.requests) == 1
+    assert second.text == first.text and second.stop == "block" and len(llm.requests) == 1
 
 
 # -- concurrency ---------------------------------------------------------------------------------

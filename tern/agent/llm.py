@@ -41,7 +41,9 @@ class Completion:
     text: str
     usage: Usage = Usage()
     cached: bool = False
-    stop: str = "end"  # end (the server finished) | enough (the code block was complete) | size (cut at the allowance)
+    #: end (the server finished) | size (cut at the allowance) | what the caller's stop_when
+    #: said: block (the code block was complete), doomed, looping
+    stop: str = "end"
     first_token: float | None = None
 
     @property
@@ -70,10 +72,10 @@ class ChatModel(Protocol):
     name: str
 
     async def complete(self, messages: list[dict], *, max_tokens: int | None = None,
-                       enough: Callable[[str], bool] | None = None,
+                       stop_when: Callable[[str], str] | None = None,
                        admit: Callable[[], bool] | None = None) -> Completion | LLMFailure:
         """``max_tokens``: the most this answer needs (capped by the configuration);
-        ``enough``: stop reading once the text so far satisfies it; ``admit``: asked once a
+        ``stop_when``: why reading can stop at the text so far ("": read on); ``admit``: asked once a
         request slot is free, False ends the request unsent (``budget``); its retries are
         not asked again."""
         ...
@@ -98,7 +100,7 @@ class OpenAIChat:
         return digest("llm", c.model, c.base_url or "", c.temperature, max_tokens, messages)
 
     async def complete(self, messages: list[dict], *, max_tokens: int | None = None,
-                       enough: Callable[[str], bool] | None = None,
+                       stop_when: Callable[[str], str] | None = None,
                        admit: Callable[[], bool] | None = None) -> Completion | LLMFailure:
         size = min(max_tokens or self.config.max_tokens, self.config.max_tokens)
         key = self.key(messages, size)
@@ -113,7 +115,7 @@ class OpenAIChat:
             async with self.pacing:
                 if retry == 0 and admit is not None and not admit():  # a retry follows a refusal, which cost nothing
                     return LLMFailure("budget", "the token budget is spent")
-                result = await self._once(messages, size, enough)
+                result = await self._once(messages, size, stop_when)
             self.pacing.observe(_signals(result, prompt_tokens(messages)))
             spent += result.usage
             if isinstance(result, Completion) or not result.retryable or retry == self.config.max_retries:
@@ -140,7 +142,8 @@ class OpenAIChat:
                     self.pacing.match_slots(slots)
                 self.slots_asked = True
 
-    async def _once(self, messages: list[dict], size: int, enough: Callable[[str], bool] | None) -> Completion | LLMFailure:
+    async def _once(self, messages: list[dict], size: int,
+                    stop_when: Callable[[str], str] | None) -> Completion | LLMFailure:
         """One request, streamed: its answer, or why there is none and what it cost."""
         import openai
 
@@ -152,7 +155,7 @@ class OpenAIChat:
                 stream_options={"include_usage": True})
         try:
             streamed = await read_answer(send, first_token_timeout=c.first_token_timeout, idle_timeout=c.idle_timeout,
-                                         max_tokens=size, enough=enough)
+                                         max_tokens=size, stop_when=stop_when)
         except openai.APIStatusError as exc:
             status = exc.status_code
             cause = "rate_limit" if status == 429 else "busy" if status == 503 else "http"

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import anyio
 
 from tern.agent import evidence as evidence_mod
-from tern.agent.answer import Answer, Rejected, code_blocks, extract, has_code_block
+from tern.agent.answer import Answer, Rejected, code_blocks, cut_reason, extract, stop_reading
 from tern.agent.llm import ChatModel, Completion, LLMFailure
 from tern.agent.prompt import UnitContext, messages
 from tern.agent.splice import SpliceError, splice
@@ -83,7 +83,7 @@ class AgentReport:
     answers: int = 0  # requests that brought an answer (cached ones too)
     rejected_answers: int = 0  # answers rejected before running (no valid code block)
     cached_answers: int = 0
-    stops: dict[str, int] = field(default_factory=dict)  # why reading answers ended: end | enough | size
+    stops: dict[str, int] = field(default_factory=dict)  # why reading answers ended: end | block | doomed | looping | size
     failures: dict[str, int] = field(default_factory=dict)  # requests without an answer, by cause
     concurrency: dict[str, Any] = field(default_factory=dict)  # LLM requests at once: configured, final, why it changed
     rounds: int = 0
@@ -202,7 +202,8 @@ class PackageAgent:
             allowance = answer_allowance(max(ctx.original, self.rule_code[unit], key=len))
             started = time.perf_counter()
             result = await self.model.complete(  # admitted once a slot is free: the requests before may have spent the budget
-                messages(ctx), max_tokens=allowance, enough=has_code_block, admit=self.budget.allows)
+                messages(ctx), max_tokens=allowance, stop_when=lambda text: stop_reading(text, self.package),
+                admit=self.budget.allows)
             self.report.phases["llm"] += time.perf_counter() - started
             self._count(result, outcome)
             if isinstance(result, LLMFailure) and result.cause == "budget":
@@ -229,6 +230,8 @@ class PackageAgent:
                     found = Rejected(trial.reason)
             if isinstance(found, Rejected) and result.stop == "size" and not code_blocks(result.text):
                 found = Rejected(f"the answer ran past the {allowance} tokens allowed for this unit without a complete ```python block")
+            elif isinstance(found, Rejected) and cut_reason(result.text, result.stop, self.package):
+                found = Rejected(cut_reason(result.text, result.stop, self.package))  # closed early: why, not "no block"
             if isinstance(found, Rejected):
                 self.report.rejected_answers += 1
                 self.progress(f"{self.package}: {unit.key}: answer {outcome.attempts} rejected: {found.reason}")

@@ -5,8 +5,9 @@ A local model may never stop by itself, and a queued request may wait minutes fo
 first token: one total timeout either cuts the good answers of a slow server or waits
 out a rambling one. So there are two limits, the time to the first token (the queue and
 the prompt) and the time between tokens (a stalled server), and two reasons to stop
-early: the answer already holds what the caller needs (``enough``), or it has run past
-the tokens allowed (for servers that ignore ``max_tokens``). Stopping closes the
+early: the caller has read enough (``stop_when``: the code block is complete, or can no
+longer pass), or the answer has run past the tokens allowed (for servers that ignore
+``max_tokens``). Stopping closes the
 response, and with it the connection: that is how a server learns to stop generating.
 """
 
@@ -29,7 +30,7 @@ class Streamed:
     chunks: int  # chunks that carried text (answer or reasoning)
     reported: Usage | None  # the server's own count: only a stream read to its end has it
     first_token: float | None  # seconds from sending the request to the first token
-    #: end (the server finished) | enough (the caller has what it needs) | size (past the
+    #: end (the server finished) | what ``stop_when`` said (block, doomed, looping) | size (past the
     #: allowance) | cut (the stream ended with no finish reason: llama-cpp-python's server
     #: ends a stream so when another request waits) | first_token_timeout | idle_timeout
     #: | dropped (the connection broke)
@@ -42,10 +43,10 @@ class Streamed:
 
 
 async def read_answer(open_stream: Callable[[], Awaitable[Any]], *, first_token_timeout: float, idle_timeout: float,
-                      max_tokens: int, enough: Callable[[str], bool] | None = None) -> Streamed:
+                      max_tokens: int, stop_when: Callable[[str], str] | None = None) -> Streamed:
     """``open_stream`` sends the request and returns the ``openai`` stream; errors before
     the stream exists (refusals, no connection) are the caller's to map. Everything after
-    is a value."""
+    is a value. ``stop_when(text)`` names why reading can stop, or says "" to read on."""
     import openai
 
     started = anyio.current_time()
@@ -71,9 +72,10 @@ async def read_answer(open_stream: Callable[[], Awaitable[Any]], *, first_token_
             first = now - started if first is None else first
             deadline = now + idle_timeout
             parts.append(piece)
-            if enough is not None and "`" in piece and enough("".join(parts)):
-                stop = "enough"
-                break
+            if stop_when is not None and ("`" in piece or "\n" in piece):
+                stop = stop_when("".join(parts)) or "end"
+                if stop != "end":
+                    break
             if answer_tokens(chunks, chars) > OVERRUN * max_tokens:
                 stop, detail = "size", f"past {max_tokens} tokens"
                 break

@@ -1,8 +1,8 @@
 """Token counts tern works out itself: how long an answer may be, and what a request cost
 when the server did not say (an answer cut short, a timeout, a server without usage).
 
-The rule, stated once: a prompt costs a third of its characters (code tokenizes at 3 to
-4 characters a token, and for a budget the higher count is the safe one); an answer
+The rule, stated once: a prompt costs a token per 3.5 characters (what code and Tern's
+prompts come to with common tokenizers; prose is nearer 4); an answer
 costs the chunks that carried text (servers stream about one token a chunk), or a
 quarter of its characters when that is more (a server that sends several tokens a
 chunk). Tokens a server generated after the client hung up are never seen, so a cut
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-PROMPT_CHARS_PER_TOKEN = 3
+PROMPT_CHARS_PER_TOKEN = 3.5
 ANSWER_CHARS_PER_TOKEN = 4
 #: an answer may be this many times the unit, plus room for its imports and a sentence
 ANSWER_FACTOR = 2
