@@ -179,11 +179,12 @@ def _agent_markdown(agent: dict) -> list[str]:
     share = agent["share"]
     total = share["rules"] + share["llm"] or 1
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in agent["phases"].items())
+    counted = f" ({agent['counted_tokens']} counted by tern: no usage from the server)" if agent.get("counted_tokens") else ""
     lines = [
         "", "## LLM fallback", "",
         f"Model `{agent['model']}`: {agent['accepted']} of {len(agent['units'])} units accepted after verification; "
         f"{agent['attempts']} attempts, {agent['requests']} requests ({agent['cached_answers']} from the cache), "
-        f"{agent['tokens']} tokens. Edits: {share['rules']} by rules ({100 * share['rules'] / total:.0f}%), "
+        f"{agent['tokens']} tokens{counted}. Edits: {share['rules']} by rules ({100 * share['rules'] / total:.0f}%), "
         f"{share['llm']} by the LLM ({100 * share['llm'] / total:.0f}%). Time: {phases}."
         + (" Stopped: the token budget was spent." if agent.get("stopped") == "budget" else ""),
     ]

@@ -24,10 +24,12 @@ import anyio
 import pytest
 
 import agent_answers as A
-from llm_server import ScriptedLLM
+from llm_server import ENDLESS_BOUND, ScriptedLLM
 from tern.agent.answer import Answer, Rejected, extract
 from tern.agent.config import LLMConfig, load_llm_config
 from tern.agent.llm import Completion, LLMFailure, OpenAIChat
+from tern.agent.streaming import OVERRUN
+from tern.agent.tokens import prompt_tokens
 from tern.agent.prompt import SYSTEM, UnitContext, messages
 from tern.agent.splice import SpliceError, splice
 from tern.agent.suggest import suggest
@@ -142,6 +144,7 @@ def test_config_from_environment_pyproject_and_flags(tmp_path):
     ("model = 'm'\nattempts = 0\nbase_url = 'http://h'\n", "out of range"),
     ("model = 'm'\n", "neither a base URL nor an API key"),
     ("model = 'm'\nbase_url = 'http://h'\ntemprature = 0.2\n", "unknown keys temprature"),
+    ("model = 'm'\nbase_url = 'http://h'\ntimeout = 120\n", "timeout is now first_token_timeout and idle_timeout"),
 ])
 def test_bad_config_is_an_error_not_silently_rules_only(tmp_path, table, message):
     (tmp_path / "pyproject.toml").write_text("[tool.tern.llm]\n" + table)
@@ -191,7 +194,7 @@ def test_persistent_rate_limit_is_a_failure_value(tmp_path):
 
 def test_slow_answer_past_the_timeout(tmp_path):
     with ScriptedLLM({"`positive_values`": [{"delay": 3.0, "content": A.POSITIVE_VALUES}]}) as llm:
-        result, _ = _ask(llm.base_url, tmp_path, timeout=0.5, max_retries=0)
+        result, _ = _ask(llm.base_url, tmp_path, first_token_timeout=0.5, max_retries=0)
     assert isinstance(result, LLMFailure) and result.cause == "timeout"
 
 
@@ -243,7 +246,7 @@ def tern(project: Path, llm: ScriptedLLM | None, *args: str, model: str = "scrip
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("agent")
-    (root / "pyproject.toml").write_text("[project]\nname = 'agent-tests'\n\n[tool.tern.llm]\nmax_retries = 1\ntimeout = 20\nllm_concurrency = 1\n")
+    (root / "pyproject.toml").write_text("[project]\nname = 'agent-tests'\n\n[tool.tern.llm]\nmax_retries = 1\nfirst_token_timeout = 20\nllm_concurrency = 1\n")
     yield root
     tern(root, None, "serve", "--stop", "--project", str(root), timeout=120)
 
@@ -274,6 +277,8 @@ def outcomes(report: dict) -> dict[str, dict]:
 def verified(project):
     script = dict(A.RIGHT)
     script["`unique_counts`"] = [{"content": A.UNIQUE_COUNTS_WRONG}, {"content": A.UNIQUE_COUNTS}]
+    # a model that does not stop after its code block: the client must, or the answer runs past its allowance
+    script["`positive_values`"] = [{"content": A.POSITIVE_VALUES, "endless": "More notes. ", "chunk_delay": 0.001}]
     with ScriptedLLM(script) as llm:
         proc, out, report = migrate(project, llm, "right")
     return proc, out, report, llm
@@ -286,6 +291,8 @@ def test_agent_reaches_a_verified_translation(verified):
     assert {n: u["status"] for n, u in found.items()} == dict.fromkeys(
         ["SalientTokenSelector", "positive_values", "prefix_until_budget", "unique_counts"], "accepted")
     assert found["positive_values"]["attempts"] == 1 and found["unique_counts"]["attempts"] == 2
+    assert report["agent"]["stops"] == {"block": 5} and report["agent"]["answers"] == 5  # every block read to its end, no further
+    assert [s["hung_up"] for s in llm.streams].count(True) >= 1  # the endless one, closed by the client
     assert "replayed call" in found["SalientTokenSelector"]["detail"]  # the Flax module met the recorded Keras calls
     ops = (out / "ops.py").read_text()
     assert "tensorflow" not in ops and "TODO(tern)" not in ops
@@ -361,6 +368,30 @@ def test_budget_and_endpoint_faults_end_the_loop_cleanly(project):
     assert report["agent"]["tokens"] <= 1200 + 2000  # at most one answer per request in flight past the budget
     assert "token budget of 1200 spent" in proc.stdout
     assert proc.returncode == 1 and (out / "ops.py").exists()
+
+
+def test_an_answer_cut_short_counts_against_the_budget(project):
+    """A model that never closes a code block (and a server that ignores max_tokens): the
+    client stops at the unit's allowance, rejects the answer, and charges what it read
+    (no usage comes from a stream it closed) plus the prompt's estimate; that spends the
+    budget of 1 token, so nothing else is asked."""
+    rambling = {"content": "Let me think. ", "endless": "Hmm, the mask. ", "ignore_max_tokens": True, "chunk_delay": 0.001}
+    with ScriptedLLM(dict.fromkeys(A.RIGHT, [rambling])) as llm:
+        proc, out, report = migrate(project, llm, "rambling", "--budget", "1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (request,) = llm.requests
+    (stream,) = llm.streams
+    read = int(OVERRUN * request["body"]["max_tokens"]) + 1
+    expected = prompt_tokens(request["body"]["messages"]) + read
+    agent = report["agent"]
+    assert (agent["tokens"], agent["counted_tokens"], agent["completion_tokens"]) == (expected, expected, read)
+    assert agent["stops"] == {"size": 1} and agent["rejected_answers"] == 1 and agent["stopped"] == "budget"
+    assert sorted(u["tokens"] for u in agent["units"]) == [0, 0, 0, expected]
+    assert {u["status"] for u in agent["units"]} == {"budget"}
+    assert stream["hung_up"] is True and stream["chunks"] < ENDLESS_BOUND
+    (asked,) = [u for u in agent["units"] if u["tokens"]]
+    assert f"answer rejected: the answer ran past the {request['body']['max_tokens']} tokens allowed" in asked["detail"]
+    assert (out / "ops.py").read_text() == (RULES_OUTPUT / "ops.py").read_text()
 
 
 def test_instructions_hidden_in_the_source_change_nothing_but_the_unit(project):

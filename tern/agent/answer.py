@@ -43,6 +43,68 @@ def code_blocks(text: str) -> list[str]:
     return [body for lang, body in _FENCE.findall(text) if lang.lower() in ("", "python", "py", "python3")]
 
 
+def has_code_block(text: str) -> bool:
+    return bool(code_blocks(text))
+
+
+#: a run of this many lines seen this many times before: the model is looping
+LOOP_LINES, LOOP_REPEATS, LOOP_MIN_CHARS = 3, 2, 40
+_OPEN_FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n", re.IGNORECASE)
+
+
+def stop_reading(text: str, package: str) -> str:
+    """Why an answer being streamed can be closed now, or "" to read on.
+
+    ``block``: its Python block is complete (the prompt asks for exactly one: the rest
+    would be prose, or a model that does not stop). ``doomed``: that block already imports
+    what no answer may, so ``extract`` will reject it whatever follows. ``looping``: the
+    last lines repeat, a small model's way of never ending. The answer is read no further
+    than its first Python block either way, so only that block is judged."""
+    if has_code_block(text):
+        return "block"
+    if doomed(text, package):
+        return "doomed"
+    return "looping" if _loops(text) else ""
+
+
+def doomed(text: str, package: str) -> str:
+    """The rejection the open Python block already earned by its imports, or ""."""
+    opening = _OPEN_FENCE.search(_FENCE.sub("", text))  # past the complete blocks (none of them Python)
+    if opening is None:
+        return ""
+    lines = _FENCE.sub("", text)[opening.end():].split("\n")[:-1]  # complete lines only
+    imports = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line.startswith(("import ", "from ")):
+            break
+        imports.append(line)
+    try:
+        tree = ast.parse("\n".join(imports))
+    except SyntaxError:
+        return ""
+    return _forbidden(tree, package)
+
+
+def cut_reason(text: str, stop: str, package: str) -> str:
+    """What to tell the model about an answer that was closed before its block ended."""
+    if stop == "doomed":
+        return doomed(text, package)
+    if stop == "looping":
+        return "the answer repeated the same lines over and over without closing its ```python block"
+    return ""
+
+
+def _loops(text: str) -> bool:
+    lines = [line.strip() for line in text.split("\n")[:-1] if line.strip()]
+    tail = lines[-LOOP_LINES:]
+    if len(lines) < LOOP_LINES * (LOOP_REPEATS + 1) or sum(map(len, tail)) < LOOP_MIN_CHARS:
+        return False
+    seen = sum(lines[i:i + LOOP_LINES] == tail for i in range(len(lines) - LOOP_LINES))
+    return seen >= LOOP_REPEATS
+
+
 def extract(text: str, unit: Unit, package: str) -> Answer | Rejected:
     blocks = code_blocks(text)
     if not blocks:

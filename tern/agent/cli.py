@@ -57,11 +57,16 @@ def table(reports: list[AgentReport]) -> Table:
 def summary(reports: list[AgentReport], config: LLMConfig) -> str:
     units = [u for r in reports for u in r.units]
     accepted = sum(u.status in ("accepted", "resumed") for u in units)
-    tokens = sum(r.tokens for r in reports)
+    tokens, counted = sum(r.tokens for r in reports), sum(r.counted_tokens for r in reports)
     line = (f"{config.model}: {accepted} of {len(units)} units verified and kept; {sum(u.attempts for u in units)} attempts, "
-            f"{tokens} tokens ({sum(r.cached_answers for r in reports)} answers from the cache)")
+            f"{sum(r.answers for r in reports)} answers ({sum(r.rejected_answers for r in reports)} rejected before running, "
+            f"{sum(r.cached_answers for r in reports)} from the cache), {tokens} tokens"
+            + (f" ({counted} counted by tern: no usage from the server)" if counted else ""))
     if any(r.stopped == "budget" for r in reports):
         line += f"; stopped: token budget of {config.budget_tokens} spent"
+    pacing = reports[0].concurrency if reports else {}
+    if pacing.get("changes"):
+        line += f"\nLLM requests at once: {pacing['configured']} -> {pacing['final']} ({pacing['changes'][-1].split(': ', 1)[1]})"
     return line
 
 

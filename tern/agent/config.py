@@ -11,9 +11,10 @@ model = "qwen2.5-coder-32b"
 base_url = "http://localhost:8000/v1"
 api_key_env = "MY_LLM_KEY"     # the variable holding the key (never the key itself)
 temperature = 0.0
-max_tokens = 4096
-timeout = 120                  # seconds per request
-max_retries = 3                # on 429, 5xx, timeouts and connection errors (with backoff)
+max_tokens = 4096              # the cap; each answer is sized from its unit below it
+first_token_timeout = 300      # seconds to the first token (the server's queue and the prompt)
+idle_timeout = 60              # seconds between tokens once the answer is arriving
+max_retries = 3                # on 429, 5xx and connection errors before the answer began (with backoff)
 attempts = 3                   # answers per unit before the best one is kept with a TODO
 budget_tokens = 200000         # per run; the loop stops cleanly when it is spent
 llm_concurrency = 4            # requests in flight
@@ -44,7 +45,8 @@ class LLMConfig:
     api_key: str = ""
     temperature: float = 0.0
     max_tokens: int = 4096
-    timeout: float = 120.0
+    first_token_timeout: float = 300.0
+    idle_timeout: float = 60.0
     max_retries: int = 3
     attempts: int = 3
     budget_tokens: int = 200_000
@@ -58,8 +60,11 @@ class LLMConfig:
         return f"{self.model} at {where} (from {self.source}; {self.attempts} attempts per unit, budget {self.budget_tokens} tokens)"
 
 
-_NUMBERS = {"temperature": float, "max_tokens": int, "timeout": float, "max_retries": int, "attempts": int,
-            "budget_tokens": int, "llm_concurrency": int, "sandbox_concurrency": int}
+_NUMBERS = {"temperature": float, "max_tokens": int, "first_token_timeout": float, "idle_timeout": float,
+            "max_retries": int, "attempts": int, "budget_tokens": int, "llm_concurrency": int, "sandbox_concurrency": int}
+#: keys that were renamed: a table still using one gets the new names, not "unknown key"
+_RENAMED = {"timeout": "first_token_timeout and idle_timeout (answers are streamed: one total limit either cut slow "
+                       "servers' answers or waited out rambling ones)"}
 
 
 def _table(start: Path) -> tuple[dict, str]:
@@ -72,6 +77,9 @@ def _table(start: Path) -> tuple[dict, str]:
         raise ConfigError(f"{path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: [tool.tern.llm] must be a table")
+    renamed = sorted(set(data) & set(_RENAMED))
+    if renamed:
+        raise ConfigError(f"{path}: [tool.tern.llm] {renamed[0]} is now {_RENAMED[renamed[0]]}")
     unknown = set(data) - {"model", "base_url", "api_key_env", *_NUMBERS}
     if unknown:
         raise ConfigError(f"{path}: [tool.tern.llm]: unknown keys {', '.join(sorted(unknown))}")

@@ -24,10 +24,11 @@ from typing import Any, Callable
 import anyio
 
 from tern.agent import evidence as evidence_mod
-from tern.agent.answer import Answer, Rejected, code_blocks, extract
-from tern.agent.llm import ChatModel, LLMFailure
+from tern.agent.answer import Answer, Rejected, code_blocks, cut_reason, extract, stop_reading
+from tern.agent.llm import ChatModel, Completion, LLMFailure
 from tern.agent.prompt import UnitContext, messages
 from tern.agent.splice import SpliceError, splice
+from tern.agent.tokens import answer_allowance
 from tern.agent.units import PackageIndex, Unit
 from tern.runner import write_atomic
 from tern.verify import keys
@@ -50,17 +51,6 @@ class Budget:
 
     def charge(self, tokens: int) -> None:
         self.spent += tokens
-
-
-@dataclass
-class Limits:
-    """Separate bounds for LLM requests and sandbox verifications in flight."""
-    llm: anyio.CapacityLimiter
-    sandbox: anyio.CapacityLimiter
-
-    @classmethod
-    def of(cls, llm: int, sandbox: int) -> "Limits":
-        return cls(anyio.CapacityLimiter(llm), anyio.CapacityLimiter(sandbox))
 
 
 @dataclass
@@ -88,8 +78,14 @@ class AgentReport:
     loose_todos: list[str] = field(default_factory=list)  # module-level TODOs: no unit to ask about
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    counted_tokens: int = 0  # of those, estimated by tern: the server reported no usage (a cut answer, a timeout)
     requests: int = 0
+    answers: int = 0  # requests that brought an answer (cached ones too)
+    rejected_answers: int = 0  # answers rejected before running (no valid code block)
     cached_answers: int = 0
+    stops: dict[str, int] = field(default_factory=dict)  # why reading answers ended: end | block | doomed | looping | size
+    failures: dict[str, int] = field(default_factory=dict)  # requests without an answer, by cause
+    concurrency: dict[str, Any] = field(default_factory=dict)  # LLM requests at once: configured, final, why it changed
     rounds: int = 0
     phases: dict[str, float] = field(default_factory=lambda: {"llm": 0.0, "verify": 0.0})
     stopped: str = ""  # "" | "budget"
@@ -113,7 +109,7 @@ def journal_key(original: Path, unit: Unit, rule_code: str, model: str) -> str:
 
 class PackageAgent:
     def __init__(self, original: Path, translated: Path, *, model: ChatModel, runner: Any, cache: Cache,
-                 attempts: int, budget: Budget, limits: Limits, verify_config: VerifyConfig,
+                 attempts: int, budget: Budget, sandbox_limit: anyio.CapacityLimiter, verify_config: VerifyConfig,
                  progress: Callable[[str], None] | None = None):
         self.original = original.resolve()
         self.translated = translated.resolve()
@@ -123,7 +119,7 @@ class PackageAgent:
         self.cache = cache
         self.attempts = attempts
         self.budget = budget
-        self.limits = limits
+        self.sandbox_limit = sandbox_limit
         self.verify_config = verify_config
         self.progress = progress or (lambda message: None)
         self.report = AgentReport(self.package, model.name)
@@ -195,6 +191,7 @@ class PackageAgent:
         outcome = self.outcomes[unit]
         if unit in self.journaled or unit in self.held:
             return  # its answer is verified (again) in this round, not asked for
+        lost = False  # the last request brought no answer (timeout, stalled, dropped)
         while outcome.attempts < self.attempts:
             current = (self.translated / unit.file).read_text()
             ctx = UnitContext(
@@ -202,35 +199,41 @@ class PackageAgent:
                 original=self.original_index.source(unit) if unit.file in self.original_index.files else "",
                 original_imports=_imports_of(self.original / unit.file), translated_module=current,
                 evidence=self.evidence.get(unit, []), previous=self.previous.get(unit, ""))
-            async with self.limits.llm:
-                if not self.budget.allows():  # checked once a slot is free: the requests before may have spent it
-                    outcome.status, outcome.detail = "budget", f"token budget of {self.budget.total} spent"
-                    self.report.stopped = "budget"
-                    return
-                started = time.perf_counter()
-                result = await self.model.complete(messages(ctx))
+            allowance = answer_allowance(max(ctx.original, self.rule_code[unit], key=len))
+            started = time.perf_counter()
+            result = await self.model.complete(  # admitted once a slot is free: the requests before may have spent the budget
+                messages(ctx), max_tokens=allowance, stop_when=lambda text: stop_reading(text, self.package),
+                admit=self.budget.allows)
             self.report.phases["llm"] += time.perf_counter() - started
-            self.report.requests += 1
+            self._count(result, outcome)
+            if isinstance(result, LLMFailure) and result.cause == "budget":
+                last = f"; before: {outcome.detail}" if outcome.detail else ""
+                outcome.status, outcome.detail = "budget", f"token budget of {self.budget.total} spent{last}"
+                self.report.stopped = "budget"
+                return
             outcome.attempts += 1
+            lost = isinstance(result, LLMFailure) and result.cause != "empty"  # no answer came (timeout, stalled...)
             if isinstance(result, LLMFailure):
-                self.budget.charge(result.tokens)
-                if result.cause != "empty":
+                if result.cause not in ANSWER_LOST:
                     outcome.status, outcome.detail = "llm_error", f"{result.cause}: {result.message}"
                     return
-                self.evidence[unit] = [f"your answer was rejected: {result.message}"]
-                outcome.detail = f"answer rejected: {result.message}"
+                if result.cause == "empty":
+                    self.evidence[unit] = [f"your answer was rejected: {result.message}"]
+                    outcome.detail = f"answer rejected: {result.message}"
+                else:
+                    outcome.detail = f"no answer ({result.cause}): {result.message}"
                 continue
-            self.budget.charge(result.tokens)
-            outcome.tokens += result.tokens
-            self.report.prompt_tokens += 0 if result.cached else result.prompt_tokens
-            self.report.completion_tokens += 0 if result.cached else result.completion_tokens
-            self.report.cached_answers += int(result.cached)
             found = extract(result.text, unit, self.package)
             if isinstance(found, Answer):
                 trial = splice(current, unit, found.code, found.imports)
                 if isinstance(trial, SpliceError):
                     found = Rejected(trial.reason)
+            if isinstance(found, Rejected) and result.stop == "size" and not code_blocks(result.text):
+                found = Rejected(f"the answer ran past the {allowance} tokens allowed for this unit without a complete ```python block")
+            elif isinstance(found, Rejected) and cut_reason(result.text, result.stop, self.package):
+                found = Rejected(cut_reason(result.text, result.stop, self.package))  # closed early: why, not "no block"
             if isinstance(found, Rejected):
+                self.report.rejected_answers += 1
                 self.progress(f"{self.package}: {unit.key}: answer {outcome.attempts} rejected: {found.reason}")
                 self.evidence[unit] = [f"your answer was rejected before running: {found.reason}"]
                 blocks = code_blocks(result.text)
@@ -240,7 +243,7 @@ class PackageAgent:
             self.latest[unit] = found
             return
         # attempts spent with no valid answer this round: an earlier round's best attempt stays
-        outcome.status = "failed" if unit in self.best else "rejected"
+        outcome.status = "failed" if unit in self.best else "llm_error" if lost else "rejected"
 
     async def _judge(self, asked: list[Unit], round_number: int) -> None:
         """Verify a copy holding every pending unit's latest answer; accept what passes."""
@@ -304,6 +307,25 @@ class PackageAgent:
 
     # -- helpers ----------------------------------------------------------------------
 
+    def _count(self, result: Completion | LLMFailure, outcome: UnitOutcome) -> None:
+        """Every request's tokens, answered or not, go to the budget and the report."""
+        if isinstance(result, LLMFailure) and result.cause == "budget" and not result.tokens:
+            return
+        self.budget.charge(result.tokens)
+        outcome.tokens += result.tokens
+        self.report.requests += 1
+        cached = isinstance(result, Completion) and result.cached
+        if not cached:
+            self.report.prompt_tokens += result.usage.prompt
+            self.report.completion_tokens += result.usage.completion
+            self.report.counted_tokens += result.usage.total if result.usage.counted else 0
+        if isinstance(result, Completion):
+            self.report.answers += 1
+            self.report.cached_answers += int(cached)
+            self.report.stops[result.stop] = self.report.stops.get(result.stop, 0) + 1
+        else:
+            self.report.failures[result.cause] = self.report.failures.get(result.cause, 0) + 1
+
     def _write(self, unit: Unit, answer: Answer, note: str = "") -> SpliceError | None:
         path = self.translated / unit.file
         spliced = splice(path.read_text(), unit, answer.code, answer.imports, note=note)
@@ -325,11 +347,17 @@ class PackageAgent:
 
     async def _verify(self, tree: Path) -> PackageReport:
         started = time.perf_counter()
-        async with self.limits.sandbox:
+        async with self.sandbox_limit:
             verifier = PackageVerifier(self.original, tree, runner=self.runner, cache=self.cache, config=self.verify_config)
             report = await verifier.verify()
         self.report.phases["verify"] += time.perf_counter() - started
         return report
+
+
+#: failures where the server gave no usable answer but may give one if asked again; the
+#: request is spent (an attempt, its tokens), the slot given back first: the next request
+#: waits its turn under the limit as it is now
+ANSWER_LOST = frozenset({"timeout", "stalled", "dropped", "interrupted", "empty"})
 
 
 def _imports_of(path: Path) -> str:

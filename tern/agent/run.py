@@ -9,7 +9,8 @@ import anyio
 
 from tern.agent.config import LLMConfig
 from tern.agent.llm import ChatModel, OpenAIChat
-from tern.agent.loop import AgentReport, Budget, Limits, PackageAgent
+from tern.agent.loop import AgentReport, Budget, PackageAgent
+from tern.agent.pacing import Pacing
 from tern.report import Edit, RunReport, Todo, TODO_MARK
 
 
@@ -25,9 +26,10 @@ async def run_agent(pairs: list[tuple[Path, Path]], *, config: LLMConfig, projec
 
     state = find_project(project) / ".tern"
     cache = Cache(state)
-    chat = model or OpenAIChat(config, cache)
+    pacing = Pacing(config.llm_concurrency)
+    chat = model or OpenAIChat(config, cache, pacing)
     budget = Budget(config.budget_tokens)
-    limits = Limits.of(config.llm_concurrency, config.sandbox_concurrency)
+    sandbox_limit = anyio.CapacityLimiter(config.sandbox_concurrency)
     reports: list[AgentReport | None] = [None] * len(pairs)
     try:
         async with open_runner(project, daemon=daemon, workers=workers, writable_roots=(state,)) as runner:
@@ -35,7 +37,7 @@ async def run_agent(pairs: list[tuple[Path, Path]], *, config: LLMConfig, projec
                 for i, (original, translated) in enumerate(pairs):
                     async def one(i=i, original=original, translated=translated) -> None:
                         agent = PackageAgent(original, translated, model=chat, runner=runner, cache=cache,
-                                             attempts=config.attempts, budget=budget, limits=limits,
+                                             attempts=config.attempts, budget=budget, sandbox_limit=sandbox_limit,
                                              verify_config=load_config(original), progress=progress)
                         reports[i] = await agent.run()
                     group.start_soon(one)
@@ -43,7 +45,10 @@ async def run_agent(pairs: list[tuple[Path, Path]], *, config: LLMConfig, projec
         if model is None:
             await chat.close()  # type: ignore[attr-defined]
         cache.close()
-    return [r for r in reports if r is not None]
+    done = [r for r in reports if r is not None]
+    for report in done:
+        report.concurrency = getattr(chat, "pacing", pacing).summary()
+    return done
 
 
 def parse_todos(text: str) -> list[Todo]:
