@@ -299,17 +299,22 @@ class ScaledTest(tf.test.TestCase):
 '''
 
 
+def _migrate_and_verify(root: Path, package: str, layers: str, test: str) -> tuple:
+    """A one-module package with its test, migrated and verified: (the verify run, its row)."""
+    (root / package).mkdir()
+    (root / package / "__init__.py").write_text("")
+    (root / package / "layers.py").write_text(layers)
+    (root / package / "layers_test.py").write_text(test)
+    (root / "pyproject.toml").write_text("")
+    assert tern(root, "migrate", package, "--out", f"out/{package}", "-q").returncode == 0
+    proc = tern(root, "verify", f"out/{package}", "--daemon", "never", "--json", "r.json")
+    return proc, rows(json.loads((root / "r.json").read_text()))[f"{package}.layers"]
+
+
 def test_none_arguments_do_not_shift_the_replayed_inputs(tmp_path):
     """``mask=None`` is a leaf for tf.nest but not for JAX's tree flattening: the float
     input after it must still be the one replayed (and differentiated)."""
-    (tmp_path / "scaled").mkdir()
-    (tmp_path / "scaled" / "__init__.py").write_text("")
-    (tmp_path / "scaled" / "layers.py").write_text(SCALED)
-    (tmp_path / "scaled" / "layers_test.py").write_text(SCALED_TEST)
-    (tmp_path / "pyproject.toml").write_text("")
-    assert tern(tmp_path, "migrate", "scaled", "--out", "out/scaled", "-q").returncode == 0
-    proc = tern(tmp_path, "verify", "out/scaled", "--daemon", "never", "--json", "r.json")
-    row = rows(json.loads((tmp_path / "r.json").read_text()))["scaled.layers"]
+    proc, row = _migrate_and_verify(tmp_path, "scaled", SCALED, SCALED_TEST)
     assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
     gradients = [c["name"] for c in row["cases"][0]["compared"] if c["name"].startswith("d/d input")]
     assert gradients == ["d/d input[0]", "d/d input[1]"]
@@ -365,14 +370,7 @@ class LargestTest(tf.test.TestCase):
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
     root = tmp_path_factory.mktemp("guarded")
-    (root / "guarded").mkdir()
-    (root / "guarded" / "__init__.py").write_text("")
-    (root / "guarded" / "layers.py").write_text(GUARDED)
-    (root / "guarded" / "layers_test.py").write_text(GUARDED_TEST)
-    (root / "pyproject.toml").write_text("")
-    assert tern(root, "migrate", "guarded", "--out", "out/guarded", "-q").returncode == 0
-    proc = tern(root, "verify", "out/guarded", "--daemon", "never", "--json", "r.json")
-    return root, proc, rows(json.loads((root / "r.json").read_text()))["guarded.layers"]
+    return (root, *_migrate_and_verify(root, "guarded", GUARDED, GUARDED_TEST))
 
 
 def test_a_call_that_only_eager_tf_can_trace_is_replayed_eagerly(guarded):
