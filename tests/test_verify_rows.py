@@ -81,3 +81,43 @@ def test_a_helper_module_in_a_mismatching_replay_is_not_credited():
     rows = {r.module: r for r in build_rows("pkg", MODULES, replays, {}, {}, None, None, {})}
     assert rows["pkg.f1_score"].status == "mismatch"
     assert rows["pkg.recall"].status == "untested" and not rows["pkg.recall"].covered_by
+
+
+def _tests_running(outcome: str, ran: list[str]) -> tuple:
+    return ({"tests": {"t::a": outcome}, "exit": 0, "ran": ran}, None, False)
+
+
+def test_a_module_whose_code_the_passing_tests_ran_is_equivalent():
+    tests = {"pkg/test_recall.py": _tests_running("passed", ["pkg.recall", "pkg.types"])}
+    rows = {r.module: r for r in build_rows("pkg", MODULES, {}, tests, {}, None, None, {"pkg/test_recall.py": ["pkg.recall"]})}
+    assert rows["pkg.recall"].tests_passed == 1  # its own test
+    assert rows["pkg.types"].status == "equivalent"
+    assert rows["pkg.types"].covered_by == ["pkg/test_recall.py (ran its code)"]
+    assert rows["pkg.f1_score"].status == "untested"  # imported by nothing, run by nothing
+
+
+def test_a_module_run_by_a_failing_test_is_not_credited():
+    tests = {"pkg/test_recall.py": _tests_running("failure: AssertionError", ["pkg.recall", "pkg.types"])}
+    rows = {r.module: r for r in build_rows("pkg", MODULES, {}, tests, {}, None, None, {"pkg/test_recall.py": ["pkg.recall"]})}
+    assert rows["pkg.types"].status == "untested" and not rows["pkg.types"].covered_by
+
+
+def test_calls_count_as_reaching_a_module_and_imports_do_not(tmp_path):
+    from tern.verify.tasks import _files_run, _module_name
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text("class Base:\n    def __init__(self):\n        self.ready = True\n")
+    (tmp_path / "pkg" / "table.py").write_text("SQUARES = {i: i * i for i in range(3)}\n\n\ndef unused():\n    return 1\n")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with _files_run(tmp_path) as ran:
+            import pkg.base
+            import pkg.table  # noqa: F401 - imported, never called
+            pkg.base.Base()
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("pkg", "pkg.base", "pkg.table"):
+            sys.modules.pop(name, None)
+    assert {_module_name(p, tmp_path) for p in ran} == {"pkg.base"}

@@ -180,6 +180,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
     for row in rows.values():
         row.settle()
     _cover_by_replays(rows)
+    _cover_by_tests(rows, tests)
     for test_file, imported in (imports or {}).items():
         owner = _owner(test_file, modules, package, imported)
         if owner in modules:
@@ -214,6 +215,25 @@ def _cover_by_replays(rows: dict[str, "ModuleRow"]) -> None:
             continue
         if all(c["status"] == "match" for c in cases):
             row.covered_by.extend(sorted({f"{c['target']} (replayed)" for c in cases}))
+            row.status = "equivalent"
+
+
+def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, tuple]) -> None:
+    """A module with nothing compared of its own whose functions ran in translated test
+    files (an abstract base whose ``__init__`` subclasses call) is equivalent when each such
+    file passed: those tests checked its code."""
+    running: dict[str, list[tuple[str, dict]]] = {}
+    for test_file, (value, failure, _) in tests.items():
+        if failure is None:
+            for module in value.get("ran", []):
+                running.setdefault(module, []).append((test_file, value.get("tests", {})))
+    for module, files in running.items():
+        row = rows.get(module)
+        if row is None or row.status != "untested" or row.problems:
+            continue
+        outcomes = [o for _, tests_run in files for o in tests_run.values() if o != "skipped"]
+        if outcomes and all(o == "passed" for o in outcomes):
+            row.covered_by.extend(sorted(f"{test_file} (ran its code)" for test_file, _ in files))
             row.status = "equivalent"
 
 
