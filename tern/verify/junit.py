@@ -6,9 +6,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
-def junit_outcomes(junit: Path) -> tuple[dict[str, str], dict[str, dict]]:
-    """test id -> "passed" / "skipped" / "failure: ..." / "error: ...", and for each
-    test that did not pass its class and traceback (evidence for whoever fixes it)."""
+def junit_outcomes(junit: Path, untranslated: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, dict]]:
+    """test id -> "passed" / "skipped" / "failure: ..." / "error: ..." / "untranslated: ...",
+    and for each test that did not pass its class and traceback (evidence for whoever fixes
+    it). ``untranslated``: pytest node ids (tests, or test files that failed to collect) that
+    ended on a line tern left untranslated (``UntranslatedLines.found``)."""
+    by_test, by_file = {}, {}
+    for nodeid, reason in (untranslated or {}).items():
+        parts = nodeid.split("::")
+        if len(parts) > 1:
+            by_test[(parts[0], parts[-1])] = reason
+        else:
+            by_file[parts[0]] = reason
     tests: dict[str, str] = {}
     details: dict[str, dict] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -19,6 +28,11 @@ def junit_outcomes(junit: Path) -> tuple[dict[str, str], dict[str, dict]]:
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = f"{child.tag}: {(child.get('message') or '')[:300]}"
+                reason = by_test.get((case.get("file"), case.get("name")))
+                if reason is None and child.tag == "error" and "collection failure" in (child.get("message") or ""):
+                    reason = by_file.get(case.get("file"))
+                if reason is not None:
+                    outcome = f"untranslated: {reason}"
                 details[ident] = {"class": case.get("classname") or "", "trace": (child.text or "")[-3000:]}
             elif child.tag == "skipped":
                 outcome = "skipped"
@@ -26,8 +40,10 @@ def junit_outcomes(junit: Path) -> tuple[dict[str, str], dict[str, dict]]:
     return tests, details
 
 
-def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
+def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bool = False) -> dict:
     """Run ``files`` with pytest in this process; ``{"exit": code, "tests": {...}}``.
+    ``translated``: the files are tern's translations, whose tests may end on a line tern
+    left untranslated (``untranslated.py``).
 
     No cache provider and no config file: nothing is written outside ``scratch``, and
     the user's own pytest configuration cannot change what is run. No unraisable-exception
@@ -35,10 +51,13 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path) -> dict:
     (TensorFlow or JAX loaded) costs half a second per run, more than the tests."""
     import pytest
 
+    from tern.verify.untranslated import UntranslatedLines
+
     junit = scratch / "junit.xml"
+    lines = UntranslatedLines(rootdir, files) if translated else None
     code = pytest.main([
-        *files, "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
+        *files, "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
-    ])
-    tests, details = junit_outcomes(junit) if junit.exists() else ({}, {})
+    ], plugins=[lines] if lines is not None else [])
+    tests, details = junit_outcomes(junit, lines.found if lines is not None else None) if junit.exists() else ({}, {})
     return {"exit": int(code), "tests": tests, "details": details}

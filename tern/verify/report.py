@@ -25,6 +25,9 @@ class ModuleRow:
     tests_passed: int = 0
     tests_failed: int = 0  # assertion failures: the translation behaves differently
     tests_errors: int = 0  # errors: the test could not run (collection, setup, an exception)
+    #: tests that ended on a statement tern left untranslated in the test file (``untranslated.py``):
+    #: neither passed nor failed, so not in ``tests_total``; "test: reason" each
+    not_run: list[str] = field(default_factory=list)
     tests_total: int = 0
     cases_matched: int = 0
     cases_total: int = 0
@@ -37,7 +40,7 @@ class ModuleRow:
     cached: bool = False
     #: per replayed case: target, id, status, and per output/gradient its max abs and rel error
     cases: list[dict] = field(default_factory=list)
-    #: per translated test: "passed" / "failure: ..." / "error: ..." / "skipped"
+    #: per translated test: "passed" / "failure: ..." / "error: ..." / "untranslated: ..." / "skipped"
     tests: dict[str, str] = field(default_factory=dict)
     #: evidence for whoever fixes it: per failing test its class and traceback, and the
     #: module's import traceback under "import"
@@ -164,6 +167,9 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
         for test, outcome in outcomes.items():
             if outcome == "skipped":
                 continue
+            if outcome.startswith("untranslated: "):
+                row.not_run.append(f"{test}: {outcome.removeprefix('untranslated: ')}")
+                continue
             row.tests_total += 1
             if outcome == "passed":
                 row.tests_passed += 1
@@ -257,6 +263,7 @@ def problem_lines(report: PackageReport) -> list[str]:
     lines.extend(training_lines(report.training))
     for row in report.rows:
         lines.extend(f"{row.module}: {p}" for p in row.problems)
+        lines.extend(f"{row.module}: not run: {n}" for n in row.not_run)
     return lines
 
 

@@ -23,7 +23,7 @@ def translated_tests(payload: dict, scratch: Path) -> dict:
     root = Path(payload["root"])
     files = [str(root / f) for f in payload["files"]]
     with _files_run(root) as ran:
-        result = run_pytest(files, root, scratch)
+        result = run_pytest(files, root, scratch, translated=True)
     return {**result, "ran": sorted({_module_name(path, root) for path in ran} - {_module_name(Path(f), root) for f in files})}
 
 
