@@ -67,6 +67,21 @@ def test_sequential_layers_are_placed_in_order_among_auto_named_submodules():
     assert [float(tree["params"][f"Dense_{i}"]["bias"][0]) for i in range(3)] == [1.0, 2.0, 3.0]
 
 
+def test_layers_of_a_sequential_flax_gave_to_the_enclosing_module_are_placed_there_in_order():
+    """``KerasSequential((nn.Conv(...), nn.BatchNorm()))`` built inside a compact ``__call__``:
+    Flax names its layers in the calling module (``Conv_0``), not under the Sequential."""
+    init = {"params": {"Dense_0": {"kernel": z(3, 4), "bias": z(4)}, "Dense_1": {"kernel": z(3, 4), "bias": z(4)},
+                       "head": {"kernel": z(8, 2), "bias": z(2)}}}
+    units = [{"scope": "branches_0", "path": None, "layer": "Dense", "tree": dense(3, 4, 1.0)},
+             {"scope": "branches_1", "path": None, "layer": "Dense", "tree": dense(3, 4, 2.0)},
+             {"scope": "head", "path": "head", "layer": "Dense", "tree": dense(8, 2, 3.0)}]
+    tree, problems = graft(init, units)
+    assert problems == []
+    assert [float(tree["params"][f"Dense_{i}"]["bias"][0]) for i in range(2)] == [1.0, 2.0]
+    _, problems = graft(init, [{**units[0], "tree": dense(3, 5)}, *units[1:]])
+    assert any("Dense in branches_0: no unclaimed Flax submodule" in p for p in problems), problems
+
+
 def test_batchnorm_collections_stay_together():
     init = {"params": {"BatchNorm_0": {"scale": z(4), "bias": z(4)}},
             "batch_stats": {"BatchNorm_0": {"mean": z(4), "var": z(4)}}}

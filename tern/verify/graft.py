@@ -7,7 +7,9 @@ Named units are looked up at their attribute path, or one level down under ``lay
 (the ``nn.Sequential([layer, activation])`` the layer rules emit for fused activations) or
 ``layer`` (the ``KerasRegularized`` wrapper of a regularized layer). Unnamed units (layers of ``Sequential``/functional models) are
 placed in order among the still unclaimed submodules of their scope; Flax creates
-variables in call order, which is the Keras layer order.
+variables in call order, which is the Keras layer order. A scope Flax does not have (a
+``Sequential`` built inline in a compact ``__call__``: Flax gives its layers to the module
+whose method created them) falls back to the nearest enclosing scope it has.
 
 A placement that cannot be made is reported, never guessed: ``graft`` returns the
 problems, and a case with problems is an error, not a mismatch.
@@ -119,6 +121,10 @@ class _Placer:
         scope = _split(unit["scope"])
         collection = "params" if "params" in unit_flat else next(iter(unit_flat))
         nodes = _nodes(self.flat, collection, scope)
+        owner = scope
+        while owner and not nodes:  # layers Flax gave to an enclosing module (an inline Sequential)
+            owner = owner[:-1]
+            nodes = _nodes(self.flat, collection, owner)
         kind = unit.get("module")
         same_kind = [n for n in nodes if kind and n and _numbered(n[-1])[0] == kind]  # ConvTranspose_0 for a Conv2DTranspose
         for node in [*same_kind, *(n for n in nodes if n not in same_kind)]:
