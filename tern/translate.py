@@ -621,12 +621,19 @@ def _header_blocks(header: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     return (header.body, orelse.body) if isinstance(orelse, cst.Else) else (header.body,)
 
 
+#: TF parameters no JAX function has: passed to the JAX function, they fail loudly
+TF_ONLY_PARAMS = frozenset({"layout"})
+
+
 def _plain(record: ApiRecord) -> bool:
-    """Safe to pass uncalled (``map_fn(tf.nn.relu, x)``): callers will pass arguments
-    positionally, so only renames of leading positional params are harmless."""
+    """Safe to pass uncalled (``map_fn(tf.nn.relu, x)``, ``preactivation=tf.zeros_like``):
+    callers will pass arguments positionally, so only renames of leading positional params
+    are harmless. A dtype converter is harmless too: the caller's own dtypes are translated
+    where it passes them; an unsupported TF-only parameter fails loudly if passed."""
     sig = record.signature
     lead = set(sig.params[: sig.positional])
-    return record.template is None and not sig.defaults and not sig.unsupported and not sig.convert and all(
+    return record.template is None and not sig.defaults and set(sig.unsupported) <= TF_ONLY_PARAMS and all(
+        kind == "dtype" for kind in sig.convert.values()) and all(
         v == k or k in lead for k, v in sig.rename.items() if v != "-"
     )
 
