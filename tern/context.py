@@ -159,10 +159,23 @@ class FileContext:
         sig = self.package.train.get(frame.name) if frame is not None and len(self.frames) == 1 else None
         if sig is not None:
             return self._state_key(frame, sig)
+        if frame is not None and len(self.frames) == 1 and frame.name in self.package.drawing_functions:
+            return self._folded_key(frame)
         return Refusal(
             "JAX needs an explicit PRNG key here; add a `key` argument to this function "
             "and thread it from the caller"
         )
+
+    def _folded_key(self, frame: FunctionFrame) -> cst.BaseExpression | Refusal:
+        """The i-th draw of a function that takes a ``key`` (``tern/draws.py``):
+        ``jax.random.fold_in(key, i)``, a different key per draw site; a refusal where one
+        site would draw again and again with the same key."""
+        if frame.repeated or frame.loops:
+            return Refusal("a draw inside a loop, lambda or comprehension would take the same key every time; "
+                           "split the function's key (jax.random.split) and give each iteration its own")
+        site = frame.draws
+        frame.draws += 1
+        return self.target_expr(f"jax.random.fold_in(key, {site})")
 
     def _state_key(self, frame: FunctionFrame, sig) -> cst.BaseExpression | Refusal:
         """The key of a draw in a function that takes a train state: ``state.draw_key(site)``

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tern.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
-from tern.datasets import PackageDatasets, scan_module as scan_datasets
+from tern.datasets import PackageDatasets, Resolver, scan_module as scan_datasets
+from tern.draws import close_over_calls, draws_directly
 from tern.train_steps import TrainSig, analyse
 
 KERAS_BASES = {"Layer", "Model", "BaseRandomLayer"}  # tails: BaseRandomLayer is Keras 2's seeded Layer
@@ -137,6 +138,9 @@ class PackageInfo:
     #: top-level functions that only copy their one argument through its Keras config
     #: (``return x.__class__.from_config(x.get_config())``, recommenders' ``_clone_initializer``)
     config_copies: set[str] = field(default_factory=set)
+    #: top-level functions of non-test modules that draw from TF's global random state, directly or
+    #: through another (``tern/draws.py``): they take a ``key``, and callers pass one
+    drawing_functions: set[str] = field(default_factory=set)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -364,6 +368,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         return
     scan_datasets(tree, info.datasets, source=source)
     scan_models(tree, module, _is_test_module(module), info.models)
+    resolve = Resolver(tree) if not _is_test_module(module) else None
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_model(node):
             info.model_builders.add(node.name)
@@ -374,6 +379,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
+            if draws_directly(node, resolve):
+                info.drawing_functions.add(node.name)
             if is_config_copy(node):
                 info.config_copies.add(node.name)
             if _returns_optimizer(node):
@@ -403,6 +410,9 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
     """Keep only classes that are Keras layers/models, directly or through package bases;
     decide which functions are training steps now that every module was seen."""
     info.train, info.train_refusals = analyse(info.functions)
+    plain = {fn.name for fn in info.functions if not _has_param(fn, "key")} - set(info.train) - info.factories \
+        - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
+    info.drawing_functions = close_over_calls(info.drawing_functions & plain, info.calls, plain)
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
     changed = True
     while changed:

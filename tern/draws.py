@@ -1,0 +1,49 @@
+"""Package pre-pass: the top-level functions that draw from TF's global random state.
+
+``tf.random.uniform(shape)`` in a plain function draws from a generator TF keeps for the
+whole program; JAX draws only from keys it is given. Such a function gains a keyword-only
+``key`` parameter (rules/structure/drawing_functions.py), its i-th draw takes
+``jax.random.fold_in(key, i)`` (``FileContext.rng_key``), and its callers pass a key: a
+test a fresh ``jax.random.key(n)``, a Flax module method ``self.make_rng(...)``, another
+package function a key folded from its own. That last case makes the caller a drawing
+function too, so the set is closed over the package's calls.
+
+Only functions of non-test modules, at module level (methods draw from their module's rng
+streams). A draw is a call of a TF/Keras symbol whose translation takes a PRNG key (a
+``{key}`` in its API record), ``tf.random.Generator`` methods excepted: a generator object
+is state the code holds itself (rules/structure/random_generator.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from tern.datasets import Resolver
+from tern.records import tables
+
+
+@functools.cache
+def keyed_sources() -> frozenset[str]:
+    """Canonical names of the global-state draws: API records whose translation takes a key."""
+    return frozenset(name for name, record in tables().api.items()
+                     if "{key}" in str(record.template) and ".Generator." not in name)
+
+
+def draws_directly(fn: ast.FunctionDef, resolve: Resolver) -> bool:
+    """Whether ``fn``'s own body (nested functions and classes included) calls a keyed TF symbol."""
+    keyed = keyed_sources()
+    return any(isinstance(node, ast.Call) and resolve(node.func) in keyed for node in ast.walk(fn))
+
+
+def close_over_calls(direct: set[str], calls: dict[str, set[str]], functions: set[str]) -> set[str]:
+    """``direct`` and every function of ``functions`` that calls one of the set, transitively."""
+    drawing = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        for name in functions - drawing:
+            if calls.get(name, set()) & drawing:
+                drawing.add(name)
+                changed = True
+    return drawing
