@@ -410,8 +410,9 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
     """Keep only classes that are Keras layers/models, directly or through package bases;
     decide which functions are training steps now that every module was seen."""
     info.train, info.train_refusals = analyse(info.functions)
-    plain = {fn.name for fn in info.functions if not _has_param(fn, "key")} - set(info.train) - info.factories \
-        - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
+    # a positional ``key`` is the function's own (``lookup(table, key)``); a keyword-only one, the key it draws from
+    plain = {fn.name for fn in info.functions if not any(a.arg == "key" for a in fn.args.args)} - set(info.train) \
+        - info.factories - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
     info.drawing_functions = close_over_calls(info.drawing_functions & plain, info.calls, plain)
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
     changed = True

@@ -48,6 +48,8 @@ class DrawingFunctionsRule(Rule):
         if "drawing_function" not in ctx.frame.tags:
             return None
         params = updated.params
+        if any(p.name.value == KEY for p in params.kwonly_params):
+            return None  # translated already
         new = cst.Param(cst.Name(KEY))
         kwonly = list(params.kwonly_params)
         if kwonly:
