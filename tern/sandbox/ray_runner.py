@@ -40,6 +40,8 @@ MAX_ATTEMPTS = 3  # actors a job is tried on before it ends "crash" (each try lo
 MAX_STARTS = 3  # actors started per node and kind in one run (the first and two replacements)
 CLOSE_TIMEOUT = 20.0  # seconds an actor gets to stop its workers before it is killed
 NAMESPACE = "tern"
+ACTOR_START_TIMEOUT = 600.0  # seconds for an actor to be placed and open its Sandbox (a runtime_env may install packages)
+NODES_TTL = 5.0  # seconds the list of alive nodes is trusted
 
 
 class RayUnavailable(RuntimeError):
@@ -84,6 +86,8 @@ class ActorPool:
         self.lost = 0
         self._serial = 0
         self._expected = _driver_facts()
+        self._alive: list[str] = []
+        self._nodes_at = -NODES_TTL
 
     async def acquire(self, kind: str) -> _Actor | str:
         """A live actor of ``kind`` with a free worker (waiting for one), or why there is none."""
@@ -115,9 +119,15 @@ class ActorPool:
         if not actor.dead:
             actor.dead = True
             self.lost += 1
+            self._nodes_at = -NODES_TTL  # its node may be gone too: ask again
 
     def _nodes(self) -> list[str]:
-        return [n["NodeID"] for n in self.ray.nodes() if n.get("Alive")]
+        """Alive nodes, asked of the cluster at most every ``NODES_TTL`` seconds (not once per job)."""
+        now = time.monotonic()
+        if now - self._nodes_at > NODES_TTL:
+            self._alive = [n["NodeID"] for n in self.ray.nodes() if n.get("Alive")]
+            self._nodes_at = now
+        return self._alive
 
     async def _start(self, kind: str, group: _Kind, nodes: list[str]) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -135,10 +145,14 @@ class ActorPool:
             handle = remote.options(**options).remote(kind, self.workers)
             started.append((node, handle, handle.start.remote()))
         for node, handle, facts_ref in started:
+            facts, why = None, f"the actor did not start within {ACTOR_START_TIMEOUT:g} s"  # e.g. its node left
             try:
-                facts = await facts_ref
+                with anyio.move_on_after(ACTOR_START_TIMEOUT):
+                    facts = await facts_ref
             except self.ray.exceptions.RayError as error:
-                group.errors.append(f"node {node[:12]}: {_last_line(error)}")
+                why = _last_line(error)
+            if facts is None:
+                group.errors.append(f"node {node[:12]}: {why}")
                 self.ray.kill(handle)
                 continue
             if problem := _mismatch(facts, self._expected):
