@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -191,6 +192,7 @@ class Shipper:
         self.refs: dict[str, Any] = {}  # digest -> ObjectRef of the tar bytes
         self._packed: dict[str, tuple[tuple, str]] = {}  # path -> (signature, digest)
         self.bytes_shipped = 0
+        self._lock = threading.Lock()  # jobs pack in worker threads; one tree is packed and put once
 
     def trees(self, job: Job) -> dict[str, str]:
         """Driver directory -> digest for each directory ``job`` reads: its ``sys_path``
@@ -199,6 +201,10 @@ class Shipper:
         return {path: self._digest(Path(path)) for path in wanted}
 
     def _digest(self, root: Path) -> str:
+        with self._lock:
+            return self._digest_locked(root)
+
+    def _digest_locked(self, root: Path) -> str:
         signature = sources.signature(root)
         known = self._packed.get(str(root))
         if known and known[0] == signature:
