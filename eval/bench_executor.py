@@ -65,12 +65,61 @@ def worker_seconds(report: dict) -> float:
     return sum(v for case in report["cases"] for k, v in case.get("phases", {}).items() if k != "migrate")
 
 
+async def round_trips(count: int, scratch: Path) -> dict[str, float]:
+    """Median seconds of one ``echo`` job (a package-sized tree on its sys_path) through a warm
+    worker: the local Sandbox, then a Ray actor on a one-machine cluster started here, whose
+    start-up and first (cold) job are timed too. What the executor itself adds per job."""
+    import ray
+
+    from tern.sandbox.jobs import Job
+    from tern.sandbox.pool import Sandbox
+    from tern.sandbox.ray_runner import open_ray_runner
+
+    job = Job(kind="jax", task="tern.sandbox.tasks:echo", payload={"n": 1}, sys_path=(str(ROOT / "fixtures" / "tf" / "custom_dense"),))
+
+    async def timed(run) -> list[float]:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            result = await run(job)
+            assert result.ok, result.error
+            times.append(time.perf_counter() - started)
+        return times
+
+    async with Sandbox(scratch / "local-state", workers=1) as sandbox:
+        await sandbox.run(job)  # warm
+        local = await timed(sandbox.run)
+    started = time.perf_counter()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    init = time.perf_counter() - started
+    try:
+        async with open_ray_runner(workers=1) as runner:
+            started = time.perf_counter()
+            await runner.run(job)  # the actor starts, then its worker
+            first = time.perf_counter() - started
+            remote = await timed(runner.run)
+    finally:
+        ray.shutdown()
+    return {"local": statistics.median(local), "ray": statistics.median(remote), "init": init, "first": first}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", type=Path, default=ROOT / "eval" / "suites" / "fixtures.toml")
     parser.add_argument("--jobs", type=int, default=2, help="cases migrated in parallel (both runs)")
     parser.add_argument("--rounds", type=int, default=1, help="local/ray pairs, alternated")
+    parser.add_argument("--round-trips", type=int, default=50, help="echo jobs timed through each executor, warm")
+    parser.add_argument("--no-suite", action="store_true", help="only the round trips")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tern-bench-executor-") as tmp:
+        import anyio
+
+        trips = anyio.run(round_trips, args.round_trips, Path(tmp))
+    print(f"one warm job, median of {args.round_trips}: local {trips['local'] * 1000:.1f} ms, ray {trips['ray'] * 1000:.1f} ms "
+          f"(+{(trips['ray'] - trips['local']) * 1000:.1f} ms per job); ray.init {trips['init']:.1f} s, "
+          f"first job on a new actor {trips['first']:.1f} s", flush=True)
+    if args.no_suite:
+        return 0
     walls: dict[str, list[float]] = {"local": [], "ray": []}
     reports: dict[str, list[dict]] = {"local": [], "ray": []}
     with tempfile.TemporaryDirectory(prefix="tern-bench-executor-") as tmp:
