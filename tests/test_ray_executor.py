@@ -50,7 +50,8 @@ def make_project(root: Path) -> Path:
 
 
 def verify_command(project: Path, report: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tern", "verify", "out", "--original", "tf", "--daemon", "never",
+    # one worker per kind: two packages need no more, and each TF or JAX import costs seconds of CPU
+    return [sys.executable, "-m", "tern", "verify", "out", "--original", "tf", "--daemon", "never", "--workers", "1",
             "--json", str(project / report), *extra]
 
 
