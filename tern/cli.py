@@ -298,7 +298,20 @@ def serve(
     raise typer.Exit(server.main(paths.project, idle=idle, workers=workers, writable_roots=tuple(writable)))
 
 
-def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Optional[int], json_path: Optional[Path]) -> int:
+def _executor(project: Path, kind: Optional[str], address: Optional[str]):
+    """``[tool.tern.executor]`` with --executor/--address on top; Ray checked here, before any work."""
+    from tern.sandbox.executor import load_executor
+
+    config = load_executor(project, kind, address)
+    if config.kind == "ray":
+        from tern.sandbox.ray_runner import require_ray
+
+        require_ray()
+    return config
+
+
+def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Optional[int], json_path: Optional[Path],
+            executor=None) -> int:
     import anyio
 
     from tern.runner import write_atomic
@@ -309,7 +322,8 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
             err.print(f"[dim]{escape(message)}[/]")
 
     reports, info = anyio.run(lambda: verify_cli.verify_targets(
-        targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress))
+        targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress,
+        executor=executor))
     verify_cli.render(reports, info, out)
     first = targets[0].translated
     where = first if len(targets) == 1 else first.parent
@@ -327,19 +341,24 @@ def verify(
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every job again; do not read cached results."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from [tool.tern.executor])."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster's address (default: RAY_ADDRESS, else a local Ray)."),
     project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ holds the cache (default: the current directory's)."),
 ) -> None:
     """Compare a translation with its TF original: replayed layer calls and translated tests.
 
     Exit 0: nothing differs (untested modules are listed); 1: a mismatch or an error; 2: bad usage.
     """
+    from tern.sandbox.ray_runner import RayUnavailable
     from tern.verify.cli import TargetError, find_targets
     from tern.verify.config import ConfigError
 
     try:
         targets = find_targets(path, original)
-        code = _verify(targets, project=project or Path.cwd(), daemon=daemon, use_cache=not no_cache, workers=workers, json_path=json_path)
-    except (TargetError, ConfigError, ValueError) as exc:
+        config = _executor(project or Path.cwd(), executor, address)
+        code = _verify(targets, project=project or Path.cwd(), daemon=daemon, use_cache=not no_cache, workers=workers,
+                       json_path=json_path, executor=config)
+    except (TargetError, ConfigError, ValueError, RayUnavailable) as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)
     raise typer.Exit(code)
@@ -374,6 +393,8 @@ def evaluate(
     compare: bool = typer.Option(False, "--compare", help="Compare two eval JSON files instead of running: tern eval --compare A.json B.json."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from [tool.tern.executor])."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster's address (default: RAY_ADDRESS, else a local Ray)."),
     project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ holds the cache (default: the current directory's)."),
 ) -> None:
     """Score translations over suites of cases; write the scorecard as JSON, Markdown and HTML.
@@ -382,6 +403,7 @@ def evaluate(
     1: a regression or a case worse than expected; 2: bad usage.
     """
     from tern.evaluation import cli as eval_cli
+    from tern.sandbox.ray_runner import RayUnavailable
 
     try:
         if compare:
@@ -390,8 +412,9 @@ def evaluate(
         else:
             code = eval_cli.run_suites(list(suites or []), out_dir=out_dir, baseline=baseline, json_path=json_path,
                                        markdown_path=markdown_path, html_path=html_path, use_cache=not no_cache,
-                                       jobs=jobs, llm=llm, daemon=daemon, workers=workers, project=project, out=out, err=err)
-    except eval_cli.UsageError as exc:
+                                       jobs=jobs, llm=llm, daemon=daemon, workers=workers, project=project, out=out, err=err,
+                                       executor=_executor(project or Path.cwd(), executor, address))
+    except (eval_cli.UsageError, ValueError, RayUnavailable) as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)
     raise typer.Exit(code)

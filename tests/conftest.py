@@ -25,7 +25,7 @@ class _Support(types.ModuleType):
 
 sys.modules.setdefault("_keras_compat", _Support("_keras_compat"))
 
-SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py",
+SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py", "test_eval.py", "test_fixtures.py", "test_weights_cmd.py", "test_ray_executor.py",
               "test_support_module.py", "test_harm_state.py",
               "test_training_verify.py", "test_keras_trainer.py", "test_server.py", "test_tf_data.py",
               "test_training_tables.py", "test_regularizers.py", "test_train_steps.py", "test_layer_cases.py",

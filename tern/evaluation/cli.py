@@ -96,7 +96,8 @@ def _write(path: Path, text: str) -> None:
 
 def run_suites(paths: list[Path], *, out_dir: Path | None, baseline: Path | None, json_path: Path | None,
                markdown_path: Path | None, html_path: Path | None, use_cache: bool, jobs: int, llm: bool | None,
-               daemon: str, workers: int | None, project: Path | None, out: Console, err: Console) -> int:
+               daemon: str, workers: int | None, project: Path | None, out: Console, err: Console,
+               executor: Any = None) -> int:
     from tern.evaluation import llm as llm_seam
     from tern.evaluation.run import Options, evaluate
     from tern.evaluation.suite import SuiteError, load_suites
@@ -121,7 +122,7 @@ def run_suites(paths: list[Path], *, out_dir: Path | None, baseline: Path | None
     run_dir = (out_dir or root / ".tern" / "eval" / name).resolve()
     err.print(setup.line, markup=False, highlight=False)
     options = Options(project=root, run_dir=run_dir, llm=setup, use_cache=use_cache, jobs=jobs, daemon=mode,
-                      workers=workers)
+                      workers=workers, executor=executor)
     progress = BarProgress(err) if err.is_terminal else LineProgress(sys.stderr)
     try:
         outcome = evaluate(suites, options, progress)
@@ -130,7 +131,8 @@ def run_suites(paths: list[Path], *, out_dir: Path | None, baseline: Path | None
     finally:
         progress.stop()
     option_values = {"mode": setup.mode, "mode_line": setup.line, "llm": setup.key() or None, "cache": use_cache,
-                     "jobs": jobs, "daemon": mode, "workers": workers, "suites": [str(p) for p in paths],
+                     "jobs": jobs, "daemon": mode, "workers": workers,
+                     "executor": executor.kind if executor is not None else "local", "suites": [str(p) for p in paths],
                      "run_dir": str(run_dir), "baseline": str(baseline) if baseline else None}
     result = eval_report.build(suites, outcome.results, options=option_values, run=outcome.info, project=root,
                                started=started, seconds=time.perf_counter() - clock)

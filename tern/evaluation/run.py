@@ -63,6 +63,7 @@ class Options:
     jobs: int = 1
     daemon: str = "auto"
     workers: int | None = None
+    executor: Any = None  # an ExecutorConfig; None: this machine's pool (through the daemon per ``daemon``)
 
 
 def case_config(case: Case) -> VerifyConfig:
@@ -281,7 +282,7 @@ def start_migrations(cases: list[Case], options: Options) -> tuple[ProcessPoolEx
 
 async def _verify_all(pending, configs, keyed, options: Options, cache, state, results, info, progress, futures,
                       prepared) -> None:
-    from tern.sandbox.client import open_runner
+    from tern.sandbox.executor import open_executor
     from tern.verify.run import PackageVerifier
 
     ready, finished = anyio.Event(), anyio.Event()
@@ -289,8 +290,8 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
 
     async def hold_runner() -> None:
         try:
-            async with open_runner(options.project, daemon=options.daemon, workers=options.workers,
-                                   writable_roots=(state,)) as runner:
+            async with open_executor(options.project, options.executor, daemon=options.daemon, workers=options.workers,
+                                     writable_roots=(state,)) as runner:
                 box["runner"] = runner
                 info["runner_opened"] = True
                 info["daemon"] = bool(getattr(runner, "warm_daemon", False))
@@ -301,6 +302,8 @@ async def _verify_all(pending, configs, keyed, options: Options, cache, state, r
                     sandbox = status.get("sandbox") or status
                     info["isolation"] = sandbox.get("isolation")
                     info["isolation_warning"] = sandbox.get("isolation_warning", "")
+                    if "executor" in status:
+                        info["executor"] = status["executor"]
         except Exception as exc:  # noqa: BLE001 - every case then says why it could not be verified
             info["runner_error"] = f"{type(exc).__name__}: {exc}"
             ready.set()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+LOCK_TIMEOUT = 30.0  # seconds a write waits for another process's transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -45,10 +46,20 @@ class Cache:
         self.db = self._open()
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(SCHEMA)
-        return db
+        db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None)
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(SCHEMA)
+                return db
+            except sqlite3.OperationalError as exc:
+                # Two tern processes opening a new store at once: SQLite answers "locked" to
+                # the journal-mode switch at once, without waiting on its busy timeout.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    db.close()
+                    raise
+                time.sleep(0.02)
 
     def _open(self) -> sqlite3.Connection:
         try:

@@ -87,9 +87,10 @@ def problems(reports: list[PackageReport]) -> list[str]:
 
 
 async def verify_targets(targets: list[Target], *, project: Path, daemon: str, use_cache: bool,
-                         workers: int | None, progress: Any = None) -> tuple[list[PackageReport], dict]:
-    from tern.sandbox.client import open_runner
+                         workers: int | None, progress: Any = None, executor: Any = None) -> tuple[list[PackageReport], dict]:
+    """``executor``: an ``ExecutorConfig`` (None: this machine's pool, through the daemon per ``daemon``)."""
     from tern.sandbox.daemon import find_project
+    from tern.sandbox.executor import open_executor
     from tern.verify.cache import Cache
     from tern.verify.config import load_config
     from tern.verify.run import PackageVerifier
@@ -98,7 +99,7 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
     cache = Cache(state, enabled=use_cache)
     reports: list[PackageReport | None] = [None] * len(targets)
     # no writable roots: verification jobs write only their scratch (recordings are moved by the sandbox)
-    async with open_runner(project, daemon=daemon, workers=workers) as runner:
+    async with open_executor(project, executor, daemon=daemon, workers=workers) as runner:
         async with anyio.create_task_group() as group:
             for index, target in enumerate(targets):
                 async def one(index=index, target=target) -> None:
@@ -112,6 +113,8 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
     level = (status.get("sandbox") or status).get("isolation", "?") if isinstance(status, dict) else "?"
     info = {"daemon": bool(getattr(runner, "warm_daemon", False)), "cache_hits": cache.hits, "cache_misses": cache.misses,
             "isolation": {"level": level, "warning": isolation_warning(level)}}
+    if isinstance(status, dict) and "executor" in status:  # a cluster: its nodes, actors lost, retries
+        info["executor"] = status["executor"]
     cache.close()
     return [r for r in reports if r is not None], info
 
@@ -125,9 +128,16 @@ def render(reports: list[PackageReport], info: dict, console: Console) -> None:
     counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STYLES}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items())
                   + f"; {info['cache_hits']} cached, {info['cache_misses']} run; isolation {info['isolation']['level']}"
-                  + ("; warm daemon" if info["daemon"] else ""))
+                  + ("; warm daemon" if info["daemon"] else "") + _executor_note(info.get("executor")))
     if info["isolation"]["warning"]:
         console.print(f"warning: {info['isolation']['warning']}", style="yellow", markup=False, highlight=False)
+
+
+def _executor_note(executor: dict | None) -> str:
+    if not executor:
+        return ""
+    return (f"; ray: {executor['nodes']} node(s), {executor['jobs_sent']} jobs sent, {executor['retries']} retried"
+            + (f", {executor['lost_actors']} actor(s) lost" if executor["lost_actors"] else ""))
 
 
 def exit_code(reports: list[PackageReport]) -> int:
