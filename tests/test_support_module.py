@@ -200,8 +200,10 @@ def test_the_wheel_ships_the_support_package_and_declares_what_tern_imports(whee
     with zipfile.ZipFile(wheel) as archive:
         listed = set(archive.namelist())
         (metadata,) = [n for n in listed if n.endswith(".dist-info/METADATA")]
-        declared = {_dist_name(line.split(":", 1)[1]) for line in archive.read(metadata).decode().splitlines()
-                    if line.startswith("Requires-Dist:") and "extra ==" not in line}
+        requires_dist = [line.split(":", 1)[1] for line in archive.read(metadata).decode().splitlines()
+                         if line.startswith("Requires-Dist:")]
+        declared = {_dist_name(r) for r in requires_dist if "extra ==" not in r}
+        optional = {_dist_name(r) for r in requires_dist if "extra ==" in r}
     for name in definitions().values():
         assert f"tern_rules/support/{name.file}.py" in listed
     assert "tern/support_module.py" in listed and "tern_rules/api/losses.toml" in listed
@@ -209,17 +211,26 @@ def test_the_wheel_ships_the_support_package_and_declares_what_tern_imports(whee
     pulled = set(declared)
     for dist in declared:
         pulled |= {_dist_name(r) for r in (requires(dist) or ()) if "extra ==" not in r}
-    imported = set()
+    imported, at_top = set(), set()  # at_top: imported when the module loads, not only inside a function
     for path in [*(ROOT / "tern").rglob("*.py"), *(ROOT / "rules").rglob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        tree = ast.parse(path.read_bytes())
+        lazy = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
+                names = {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                imported.add(node.module.split(".")[0])
+                names = {node.module.split(".")[0]}
+            else:
+                continue
+            imported |= names
+            if id(node) not in lazy:
+                at_top |= names
     own = {p.stem for p in [*(ROOT / "tern").rglob("*.py"), *(ROOT / "rules").rglob("*.py")]}  # scripts' sibling imports
     third_party = imported - set(sys.stdlib_module_names) - {"tern", "tern_rules"} - own
     owners = packages_distributions()
-    missing = {m: owners.get(m) for m in third_party if not {_dist_name(d) for d in owners.get(m, [])} & pulled}
+    # an optional extra's module (``tern[ray]``) may be imported inside the functions that need it, never on load
+    missing = {m: owners.get(m) for m in third_party if not {_dist_name(d) for d in owners.get(m, [])} & pulled
+               and (m in at_top or not {_dist_name(d) for d in owners.get(m, [])} & optional)}
     assert not missing, f"tern imports these, and installing the wheel would not bring them: {missing}"
 
 
