@@ -36,6 +36,23 @@ def draws_directly(fn: ast.FunctionDef, resolve: Resolver) -> bool:
     return any(isinstance(node, ast.Call) and resolve(node.func) in keyed for node in ast.walk(fn))
 
 
+def key_is_free(fn: ast.FunctionDef) -> bool:
+    """Whether a ``key`` parameter can be added without meaning something else: the function
+    neither binds nor reads a ``key`` of its own (``lookup(table, key)``, ``for key in d``, a
+    global ``key``), or has the keyword-only ``key`` this translation gave it and never rebinds it."""
+    args = fn.args
+    own = [a for a in (*args.posonlyargs, *args.args, args.vararg, args.kwarg) if a is not None and a.arg == "key"]
+    given = any(a.arg == "key" for a in args.kwonlyargs)
+    names = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "key"]
+    nested = [a for n in ast.walk(fn) if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+              for a in ast.walk(n.args) if isinstance(a, ast.arg) and a.arg == "key"]
+    if own or nested:
+        return False
+    if given:
+        return not any(isinstance(n.ctx, ast.Store) for n in names)
+    return not names
+
+
 def close_over_calls(direct: set[str], calls: dict[str, set[str]], functions: set[str]) -> set[str]:
     """``direct`` and every function of ``functions`` that calls one of the set, transitively."""
     drawing = set(direct)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tern.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
 from tern.datasets import PackageDatasets, Resolver, scan_module as scan_datasets
-from tern.draws import close_over_calls, draws_directly
+from tern.draws import close_over_calls, draws_directly, key_is_free
 from tern.train_steps import TrainSig, analyse
 
 KERAS_BASES = {"Layer", "Model", "BaseRandomLayer"}  # tails: BaseRandomLayer is Keras 2's seeded Layer
@@ -410,8 +410,7 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
     """Keep only classes that are Keras layers/models, directly or through package bases;
     decide which functions are training steps now that every module was seen."""
     info.train, info.train_refusals = analyse(info.functions)
-    # a positional ``key`` is the function's own (``lookup(table, key)``); a keyword-only one, the key it draws from
-    plain = {fn.name for fn in info.functions if not any(a.arg == "key" for a in fn.args.args)} - set(info.train) \
+    plain = {fn.name for fn in info.functions if key_is_free(fn)} - set(info.train) \
         - info.factories - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
     info.drawing_functions = close_over_calls(info.drawing_functions & plain, info.calls, plain)
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
