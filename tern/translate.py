@@ -414,8 +414,8 @@ class Translator(cst.CSTTransformer):
     def _apply_api(self, name: str, record: ApiRecord, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
         short = _short_name(name)
-        if record.todo:
-            return self._refuse(original, short, record.todo)
+        if ctx.api_todo(record):
+            return self._refuse(original, short, ctx.api_todo(record))
         if record.is_name:
             return updated.with_changes(func=ctx.target_name(record.target))  # e.g. tf.float32(1)
         out = api_call(ctx, record, updated)
@@ -446,8 +446,8 @@ class Translator(cst.CSTTransformer):
             return updated
         self._touched_source[-1] = True
         record = ctx.tables.api.get(name)
-        if record is not None and record.todo:
-            ctx.todo(_short_name(name), record.todo)
+        if record is not None and ctx.api_todo(record):
+            ctx.todo(_short_name(name), ctx.api_todo(record))
             return updated
         if record is not None and record.constant is not None:
             out = cst.parse_expression(record.constant)
