@@ -26,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.rule import Rule
+from tern_rules.structure.input_gradient_tape import stores
 
 SHAPE = frozenset({"tensorflow.shape"})
 UNSTACK = frozenset({"tensorflow.unstack"})
@@ -225,33 +226,9 @@ def _compound(stmt: cst.BaseCompoundStatement):
 
 
 def _bound(stmt: cst.CSTNode) -> set[str]:
-    """Names a statement (re)binds: assignment targets, for/with targets, walrus."""
-    found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_AssignTarget(self, node):
-            found.update(n.value for n in m.findall(node.target, m.Name()))
-
-        def visit_AugAssign(self, node):
-            found.update(n.value for n in m.findall(node.target, m.Name()))
-
-        def visit_AnnAssign(self, node):
-            found.update(n.value for n in m.findall(node.target, m.Name()))
-
-        def visit_NamedExpr(self, node):
-            found.update(n.value for n in m.findall(node.target, m.Name()))
-
-        def visit_For(self, node):
-            found.update(n.value for n in m.findall(node.target, m.Name()))
-
-        def visit_AsName(self, node):
-            found.update(n.value for n in m.findall(node.name, m.Name()))
-
-        def visit_FunctionDef(self, node):
-            return False
-
-    stmt.visit(V())
-    return found
+    """Names a statement (re)binds: assignment and loop targets, walrus and ``as`` names."""
+    extra = m.findall(stmt, m.NamedExpr() | m.AsName())
+    return stores(stmt) | {n.value for e in extra for n in m.findall(e.target if isinstance(e, cst.NamedExpr) else e.name, m.Name())}
 
 
 def _header_bound(stmt: cst.BaseStatement) -> set[str]:
