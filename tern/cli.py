@@ -314,7 +314,6 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
             executor=None) -> int:
     import anyio
 
-    from tern.runner import write_atomic
     from tern.verify import cli as verify_cli
 
     def progress(message: str) -> None:
@@ -324,13 +323,7 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
     reports, info = anyio.run(lambda: verify_cli.verify_targets(
         targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress,
         executor=executor))
-    verify_cli.render(reports, info, out)
-    first = targets[0].translated
-    where = first if len(targets) == 1 else first.parent
-    path = json_path or where.with_name(where.name + ".tern-verify.json")
-    write_atomic(path, verify_cli.json_report(reports, info).encode())
-    out.print(f"report {path}", markup=False)
-    return verify_cli.exit_code(reports)
+    return verify_cli.finish(reports, info, targets, json_path, out)
 
 
 @app.command()
