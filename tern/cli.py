@@ -357,6 +357,35 @@ def verify(
     raise typer.Exit(code)
 
 
+@app.command("mcp")
+def mcp_server(
+    project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ cache and server to use (default: the current directory's)."),
+    timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="Seconds one tool call may take; past them it is cancelled and answered with an error."),
+    daemon: str = typer.Option("auto", "--daemon", help="For verify and run_test: auto (use or start the project's tern server), never, require."),
+) -> None:
+    """Serve tern's tools (translate, verify, run_test, explain_todo, remaining) to a coding
+    agent over the Model Context Protocol, on stdin/stdout. Needs tern[mcp] (docs/mcp.md)."""
+    from tern.sandbox.client import resolve_mode
+
+    if project is not None and not project.is_dir():
+        sys.stderr.write(f"error: no such directory: {project}\n")
+        raise typer.Exit(2)
+    try:
+        daemon = resolve_mode(daemon)
+        from tern.mcp.server import serve as serve_mcp
+
+        code = serve_mcp((project or Path.cwd()).resolve(), timeout=timeout, daemon=daemon)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":
+            raise
+        sys.stderr.write("error: tern mcp needs the mcp package: pip install 'tern[mcp]'\n")
+        raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
 rules_app = typer.Typer(help="The rewrite rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
 
