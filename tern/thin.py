@@ -90,29 +90,32 @@ def verify(argv: list[str]) -> int | None:
     except OSError:  # no server (no socket, or a stale one): the full CLI starts one
         return None
     request = {"op": "verify", "tern": identity(), "cwd": cwd, "args": args, "console": _console()}
-    try:
-        with connection, connection.makefile("rb") as replies:
+    with connection:
+        try:
             connection.sendall(encode(request))
-            while line := replies.readline(LINE_LIMIT):
-                message = decode(line)
-                if "stderr" in message:  # progress
-                    sys.stderr.write(message["stderr"])
-                    sys.stderr.flush()
-                    continue
-                if "done" in message:
-                    done = message["done"]
-                    sys.stdout.write(done["stdout"])
-                    sys.stdout.flush()
-                    sys.stderr.write(done["stderr"])
-                    return int(done["exit"])
-                if "fallback" in message:
-                    return None
+            replies = connection.makefile("rb")
+        except OSError:
+            return None
+        while True:
+            try:  # only the socket's failures fall back; this process's own output fails as it would in the CLI
+                line = replies.readline(LINE_LIMIT)
+                message = decode(line) if line.endswith(b"\n") else None
+            except KeyboardInterrupt:  # closing the connection cancels the server's jobs
+                return 130
+            except (OSError, ValueError) as exc:
+                message = {"error": f"its answer broke off: {exc}"}
+            if message is None:
+                message = {"error": "it closed the connection without an answer"}
+            if "stderr" in message:  # progress, while the jobs run
+                sys.stderr.write(message["stderr"])
+                sys.stderr.flush()
+            elif "done" in message:
+                sys.stdout.write(message["done"]["stdout"])
+                sys.stdout.flush()
+                sys.stderr.write(message["done"]["stderr"])
+                return int(message["done"]["exit"])
+            elif "fallback" in message:
+                return None
+            else:
                 sys.stderr.write(f"tern: the server could not verify ({message.get('error')}); verifying in this process\n")
                 return None
-    except KeyboardInterrupt:  # closing the connection cancels the server's jobs
-        return 130
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(f"tern: the server's answer broke off ({exc}); verifying in this process\n")
-        return None
-    sys.stderr.write("tern: the server closed the connection without an answer; verifying in this process\n")
-    return None
