@@ -210,7 +210,9 @@ def explain_todo(path: str, line: int) -> dict[str, Any]:
         why = ("no table row names this symbol: no rule translates it yet; a record under rules/api/ or "
                "rules/layers/ would (docs/rules.md)")
     elif getattr(record, "todo", ""):
-        why = f"its table row ({record.origin}) says it is never translated automatically: {record.todo}"
+        where = (" outside a function that runs under jax.enable_x64 (rules/structure/x64_scopes.py)"
+                 if getattr(record, "x64", False) else "")
+        why = f"its table row ({record.origin}) says it is never translated automatically{where}: {record.todo}"
     else:
         why = f"its table row ({record.origin}) translates it, but not this use: {todo['reason']}"
     return {**todo, "file": str(file), "symbol": symbol, "kind": kind, "why": why,
