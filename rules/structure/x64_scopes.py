@@ -45,7 +45,8 @@ class X64ScopesRule(Rule):
     order = 58
 
     def visit_function(self, ctx, node: cst.FunctionDef) -> None:
-        if ctx.scopes.imports_source and _uses_64_bits(ctx, node) and _keeps_dtypes(ctx, node):
+        if ctx.scopes.imports_source and isinstance(node.body, cst.IndentedBlock) \
+                and _uses_64_bits(ctx, node) and _keeps_dtypes(ctx, node):
             ctx.frame.tags.add("x64")
             ctx.rule_state.setdefault(self.id, set()).add(id(node))
 

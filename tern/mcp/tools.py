@@ -11,12 +11,12 @@ the same daemon, cache and sandbox as ``tern verify``; translation runs the same
 from __future__ import annotations
 
 import ast
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-TODO = re.compile(r"#\s*TODO\(tern\):\s*(?P<construct>.*?):\s+(?P<reason>.*)$")
+from tern.report import TODO_LINE
+
 
 
 class BadInput(ValueError):
@@ -87,15 +87,15 @@ def _unit(text: str, name: str, source: str) -> dict[str, Any]:
         body = node.body
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     lines = text.splitlines()
-    while first > 1 and TODO.search(lines[first - 2]):  # TODOs stand above what they are about
+    while first > 1 and TODO_LINE.search(lines[first - 2]):  # TODOs stand above what they are about
         first -= 1
     segment = lines[first - 1:node.end_lineno]
     return {"name": ".".join(found), "line": first, "source": "\n".join(segment) + "\n",
-            "todos": [_todo_of(line, first + i) for i, line in enumerate(segment) if TODO.search(line)]}
+            "todos": [_todo_of(line, first + i) for i, line in enumerate(segment) if TODO_LINE.search(line)]}
 
 
 def _todo_of(line: str, number: int) -> dict[str, Any]:
-    match = TODO.search(line)
+    match = TODO_LINE.search(line)
     return {"line": number, "construct": match["construct"], "reason": match["reason"]}
 
 
@@ -200,7 +200,7 @@ def explain_todo(path: str, line: int) -> dict[str, Any]:
     lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
     if not 1 <= line <= len(lines):
         raise BadInput(f"{file} has {len(lines)} lines, not {line}")
-    at = next((n for n in (line, line - 1) if n >= 1 and TODO.search(lines[n - 1])), None)
+    at = next((n for n in (line, line - 1) if n >= 1 and TODO_LINE.search(lines[n - 1])), None)
     if at is None:
         raise BadInput(f"{file}:{line}: no '# TODO(tern)' comment on this line or the one above")
     todo = _todo_of(lines[at - 1], at)
@@ -247,7 +247,7 @@ def remaining(path: str) -> dict[str, Any]:
     todos = []
     for file in files:
         for number, text in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if TODO.search(text):
+            if TODO_LINE.search(text):
                 todos.append({"file": str(file.relative_to(root.parent)), **_todo_of(text, number)})
     answer: dict[str, Any] = {"path": str(root), "todos": todos, "verify": None}
     report = root.with_name(root.name + ".tern-verify.json")
