@@ -181,7 +181,7 @@ class Recorder:
             inputs = pack([list(args), dict(kwargs)], arrays := [], _to_numpy)
         except Unpackable as exc:
             return self.skip(origin, f"inputs: {exc}")
-        signature = json.dumps([origin.get("args"), origin.get("kwargs"), inputs,
+        signature = json.dumps([target, origin.get("args"), origin.get("kwargs"), inputs,
                                 [(a.shape, str(a.dtype)) for a in arrays]], sort_keys=True, default=str)
         if signature in self.seen:
             return None
@@ -202,10 +202,13 @@ class Recorder:
         offset = len(all_arrays)
         all_arrays.extend(gunit_arrays)
         grad_units = shift(gunits_meta, offset)
+        # the Keras weights as they are, in Keras's order: a float64 rebuild (``reference.py``) takes them
+        weights = [{"path": variable_path(v), "array": len(all_arrays) + i} for i, v in enumerate(layer.weights)]
+        all_arrays.extend(np.array(v.numpy()) for v in layer.weights)
         ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
         meta = {"id": ident, "target": target, "origin": origin, "inputs": inputs, "outputs": outputs,
                 "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
-                "units": units, "grad_units": grad_units, "layer": type(layer).__name__}
+                "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.cases.append({"id": ident, "target": target})

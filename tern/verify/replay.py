@@ -99,7 +99,8 @@ def _call_kwargs(module: Any, kwargs: dict) -> dict:
     return result
 
 
-def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: int = 6144) -> dict:
+def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: int = 6144,
+                reference: Path | None = None) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -189,8 +190,11 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                 (_, outputs), (grad_params, grad_inputs) = step_in(jnp.float64)(*wide, rest)
                 wide_values, _ = _compared_values(meta, arrays, want_paths, jax.tree_util.tree_leaves(outputs),
                                                   grad_params, grad_inputs, init, any(c is not None for c in cots))
-            checks = [check if check["ok"] else _against_float64(check, value, value64[1], tolerance)
+                keras64 = _keras_float64(reference, name, want_paths, outputs, grad_params, grad_inputs, init, cots)
+            checks = [check if check["ok"] else _against_float64(check, value, value64[1], tolerance, keras64.get(value[0]))
                       for check, value, value64 in zip(checks, values, wide_values)]
+            if reference is None and not all(c["ok"] for c in checks):
+                result["wants_reference"] = True  # a Keras float64 run may settle it (``reference.py``)
         result["outputs"] = checks[:len(want_paths)]
         result["gradients"] = checks[len(want_paths):] + problems
         compared = checks + problems
@@ -303,14 +307,36 @@ def _float64(leaf: Any) -> Any:
     return jnp.asarray(leaf, jnp.float64) if jnp.issubdtype(jnp.result_type(leaf), jnp.floating) else leaf
 
 
-def _against_float64(check: dict, value: tuple, wide: Any, tolerance: dict | None) -> dict:
+def _against_float64(check: dict, value: tuple, wide: Any, tolerance: dict | None, keras64: Any = None) -> dict:
     """A value that failed in float32, judged again against the translation's float64
-    result within its measured float32 rounding (module docstring)."""
+    result: within its measured float32 rounding of Keras's float32 result, or, where the
+    Keras float64 reference exists, within the tolerance of that (module docstring)."""
     name, narrow, want = value
     rounding = float(np.max(np.abs(np.asarray(narrow, np.float64) - np.asarray(wide, np.float64)), initial=0.0))
     again = compare(name, wide, want, tolerance, rounding=rounding)
-    return {**again, "float32": {k: check[k] for k in ("max_abs", "max_rel")}, "rounding": rounding,
-            "factor": ROUNDING_FACTOR}
+    judged = {**again, "float32": {k: check[k] for k in ("max_abs", "max_rel")}, "rounding": rounding,
+              "factor": ROUNDING_FACTOR}
+    if again["ok"] or keras64 is None:
+        return judged
+    both = compare(name, wide, keras64, tolerance)
+    return {**both, "float32": judged["float32"], "keras_float64": True}
+
+
+def _keras_float64(reference: Path | None, name: str, want_paths, outputs, grad_params, grad_inputs, init,
+                   cots) -> dict[str, np.ndarray]:
+    """The Keras float64 values of the case by check name, if ``reference.py`` made them."""
+    import jax
+
+    if reference is None or not (reference / f"{name}.json").exists():
+        return {}
+    meta, arrays = read_case(reference, name)
+    paths = array_paths(meta["outputs"])
+    if len(paths) != len(want_paths):
+        return {}
+    wide_init = jax.tree_util.tree_map(lambda a: a.astype(np.float64) if a.dtype.kind == "f" else a, init)  # graft casts to it
+    values, problems = _compared_values(meta, arrays, paths, jax.tree_util.tree_leaves(outputs), grad_params,
+                                        grad_inputs, wide_init, any(c is not None for c in cots))
+    return {} if problems else {value_name: keras for value_name, _, keras in values}
 
 
 def replay_module(payload: dict, scratch: Path) -> dict:
@@ -322,7 +348,8 @@ def replay_module(payload: dict, scratch: Path) -> dict:
     except BaseException:  # noqa: BLE001 - the module's own failure is the finding
         return {"import_error": _import_failure(), "cases": []}
     memory_mb = payload.get("memory_mb", 6144)
-    return {"import_error": "", "cases": [replay_case(Path(c["dir"]), c["id"], c.get("tolerance"), memory_mb)
+    return {"import_error": "", "cases": [replay_case(Path(c["dir"]), c["id"], c.get("tolerance"), memory_mb,
+                                                      Path(c["reference"]) if c.get("reference") else None)
                                           for c in payload["cases"]]}
 
 

@@ -135,7 +135,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
-                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "problem") if k in c}
+                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem")
+                                           if k in c}
                                            for c in checks],
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
@@ -305,4 +306,6 @@ def _beyond(check: dict) -> str:
     text = f"max abs {check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > rtol {check['rtol']:g} / atol {check['atol']:g}"
     if "rounding" in check:
         text += f" (against the translation in float64, beyond {check['factor']:g}x its float32 rounding {check['rounding']:.3g})"
+    elif check.get("keras_float64"):
+        text += " (Keras and the translation both in float64)"
     return text

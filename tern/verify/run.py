@@ -1,12 +1,14 @@
 """Verify one translated package against its TF original, through the sandbox.
 
-Four kinds of job, each cached under its own key (``keys.py``):
+Five kinds of job, each cached under its own key (``keys.py``):
 
 1. *record* (TF worker): the original tests run under the recorder; one job per TF
    package version, its cases kept in ``.tern/recordings/<key>/`` (written in the job's
    scratch directory, moved there by the sandbox: jobs never write tern's state);
 2. *replay* (JAX worker): one job per translated source module: import it, replay the
-   cases of the layers it defines;
+   cases of the layers it defines; cases off on values alone, beyond the translation's own
+   float32 rounding, are replayed once more against a *reference* job (TF worker): Keras
+   itself in float64 (``reference.py``);
 3. *train* (JAX worker): one job per translated module defining a training step the
    tests called: replay the recorded N-step trajectories (``step_replay.py``);
 4. *tests* (JAX worker): one job per translated test file.
@@ -136,17 +138,64 @@ class PackageVerifier:
         return {**value, "dir": str(final)}, None
 
     async def replay(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+        """Replay ``module``'s cases; those that fail on values alone, beyond the translation's
+        float32 rounding, are replayed again against a Keras float64 reference (``reference.py``)."""
+        value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "")
+        wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get("wants_reference")]
+        if not wanting:
+            return value, failure, hit
+        reference = await self.reference(recording_dir, wanting)
+        if not reference:
+            return value, failure, hit
+        again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
+                                                     jax_root, reference)
+        if again is None or again.get("import_error"):
+            return value, failure, hit  # the first verdict stands
+        judged = {c["id"]: c for c in again["cases"]}
+        return {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, None, hit and again_hit
+
+    async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
+                          reference: str) -> tuple[dict | None, JobResult | None, bool]:
         path = keys.module_file(jax_root / self.package, self.package, module)
         closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
-        payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"])} for c in cases]
+        payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"]),
+                          "reference": reference} for c in cases]
         key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,
-                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name, self.config.memory_mb)
+                          [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name, self.config.memory_mb,
+                          Path(reference).name if reference else "")
         job = self._job("jax", "tern.verify.tasks:replay_module",
                         {"module": module, "cases": payload_cases, "memory_mb": self.config.memory_mb}, jax_root)
         value, failure, hit = await self._run("replay", key, job)
         if value is not None and not hit:
             self.cache.put(key, "replay", value)
         return value, failure, hit
+
+    async def reference(self, recording_dir: str, ids: list[str]) -> str:
+        """The directory of the Keras float64 runs of recorded cases ``ids``, or "" when
+        none could be made."""
+        key = keys.digest("reference", keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
+                          Path(recording_dir).name, sorted(ids), self.config.keras)
+        final = self.cache.recordings / key
+        cached = self.cache.get(key, "reference") if final.is_dir() else None
+        if cached is None:
+            tf_root = link_root(self.cache.state_dir, self.original, self.package)
+            partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+            kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
+            job = self._job(kind, "tern.verify.tasks:reference_float64",
+                            {"dir": recording_dir, "cases": sorted(ids), "keras": self.config.keras}, tf_root, output=str(partial))
+            self.progress(f"{self.package}: Keras in float64 for {len(ids)} case(s) off beyond float32 rounding")
+            self.phases.setdefault("reference", 0.0)
+            cached, failure, _ = await self._run("reference", None, job)
+            if failure is not None:
+                shutil.rmtree(partial, ignore_errors=True)
+                return ""
+            partial.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(partial, final)
+            except OSError:  # another run made the same reference first
+                shutil.rmtree(partial, ignore_errors=True)
+            self.cache.put(key, "reference", cached)
+        return str(final) if "ok" in cached["cases"].values() else ""
 
     async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
         """Replay the recorded training steps of ``module``; keyed on the step's module and the

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from tern.verify.junit import run_pytest
 from tern.verify.record import record_tests
+from tern.verify.reference import reference_float64
 from tern.verify.replay import replay_module
 from tern.verify.step_replay import replay_steps
 
-__all__ = ["record_tests", "replay_module", "replay_steps", "translated_tests"]
+__all__ = ["record_tests", "reference_float64", "replay_module", "replay_steps", "translated_tests"]
 
 
 def translated_tests(payload: dict, scratch: Path) -> dict:

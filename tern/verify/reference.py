@@ -1,0 +1,129 @@
+"""TF worker task: the Keras float64 reference of recorded calls whose replay failed on
+values alone.
+
+A float32 result is one rounding of the true value among many: a bias gradient summed
+over 2x80x80 positions comes out of TF's convolution kernels (one summation order) and
+XLA's (another) differing by more than any multiple of the translation's own rounding,
+which is what ``replay.py`` measures first. Both sides computed in float64 settle it: a
+correct translation agrees with Keras to float64 rounding, a wrong one is as far off as
+in float32. So, per case: build the layer again the way the test built it, under a
+float64 dtype policy, give it the recorded weights (cast), and record outputs and
+gradients of ``sum(outputs * cotangent)`` with the recorded cotangents, in the recorded
+case's layout. A case this cannot rebuild faithfully (other weight shapes, a layer that
+fixes its own dtype, a call that mixes float32 in) gets no reference and keeps its
+float32 verdict; the reason comes back with the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.sandbox.jobs import OUTPUT
+from tern.verify.arrays import pack, read_case, shift, unpack, write_case
+from tern.verify.port import keras_units
+from tern.weights import variable_path
+
+
+def reference_float64(payload: dict, scratch: Path) -> dict:
+    """Task: ``payload["cases"]`` (ids in the recording ``payload["dir"]``) run again in
+    float64, each written to ``scratch / OUTPUT`` under its id. Returns, per id, "ok" or
+    why there is no reference."""
+    directory, out = Path(payload["dir"]), scratch / OUTPUT
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for ident in payload["cases"]:
+        try:
+            meta, arrays = read_case(directory, ident)
+            with _float64_policy(payload.get("keras", "keras3")):
+                ref_meta, ref_arrays = _reference(meta, arrays)
+            write_case(out, ident, ref_meta, ref_arrays)
+            results[ident] = "ok"
+        except Exception:  # noqa: BLE001 - no reference: the float32 verdict stands
+            results[ident] = traceback.format_exc(limit=2).strip().splitlines()[-1][:300]
+    return {"cases": results}
+
+
+@contextlib.contextmanager
+def _float64_policy(flavour: str):
+    """Layers built in the block create float64 weights and compute in float64."""
+    if flavour == "tf_keras":
+        import tf_keras as keras
+
+        policy, floatx = keras.mixed_precision.global_policy(), keras.backend.floatx()
+        keras.backend.set_floatx("float64")
+        keras.mixed_precision.set_global_policy("float64")
+        try:
+            yield
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
+            keras.backend.set_floatx(floatx)
+        return
+    import keras
+
+    policy, floatx = keras.config.dtype_policy(), keras.config.floatx()
+    keras.config.set_floatx("float64")
+    keras.config.set_dtype_policy("float64")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(policy)
+        keras.config.set_floatx(floatx)
+
+
+def _wide(value: Any) -> Any:
+    return value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+
+
+def _reference(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
+    import tensorflow as tf
+
+    if "weights" not in meta:
+        raise ValueError("the recording keeps no Keras weights for this case")
+    origin = meta["origin"]
+    target = importlib.import_module(origin["module"])
+    for part in origin["name"].split("."):
+        target = getattr(target, part)
+    layer = target(*unpack(origin.get("args", []), arrays), **unpack(origin.get("kwargs", {}), arrays))
+    args, kwargs = unpack(meta["inputs"], arrays, _wide)
+    flat_in = tf.nest.flatten([list(args), dict(kwargs)])
+    present = [i for i, x in enumerate(flat_in) if x is not None]
+    float_positions = [present[i] for i in meta["float_inputs"]]
+    layer(*args, **kwargs)  # builds the weights
+    recorded = [arrays[f"a{w['array']}"] for w in meta["weights"]]
+    variables = list(layer.weights)
+    if [tuple(v.shape) for v in variables] != [r.shape for r in recorded]:
+        raise ValueError("rebuilt in float64, the layer has other weights than the recorded ones")
+    for variable, value in zip(variables, recorded):
+        variable.assign(value.astype(variable.dtype.name if hasattr(variable.dtype, "name") else variable.dtype))
+    cotangents = [None if c is None else np.asarray(c, np.float64) for c in unpack(meta["cotangents"], arrays)]
+    watched = {i: tf.constant(flat_in[i]) for i in float_positions}
+    leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
+    call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+    with tf.GradientTape() as tape:
+        for tensor in watched.values():
+            tape.watch(tensor)
+        outputs = layer(*call_args, **call_kwargs)
+        out_leaves = tf.nest.flatten(outputs)
+        if any(o.dtype != tf.float64 for o, c in zip(out_leaves, cotangents) if c is not None):
+            raise ValueError("a float output is not float64: the layer fixes its own dtype")
+        loss = tf.add_n([tf.reduce_sum(o * c) for o, c in zip(out_leaves, cotangents) if c is not None]
+                        or [tf.constant(0.0, tf.float64)])
+    trainable = list(layer.trainable_variables)
+    grads = tape.gradient(loss, [watched[i] for i in float_positions] + trainable)
+    dense = [None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads]
+    by_id = {id(v): g for v, g in zip(trainable, dense[len(float_positions):]) if g is not None}
+    ref_arrays: list[np.ndarray] = []
+    ref_meta = {"id": meta["id"], "outputs": pack(tf.nest.map_structure(np.asarray, outputs), ref_arrays),
+                "input_grads": pack(dense[:len(float_positions)], ref_arrays)}
+    units = keras_units(layer, lambda v: by_id.get(id(v), np.zeros(tuple(v.shape), np.float64)))
+    offset = len(ref_arrays)
+    unit_arrays: list[np.ndarray] = []
+    ref_meta["grad_units"] = shift([{**u, "tree": pack(u["tree"], unit_arrays)} for u in units], offset)
+    ref_meta["weights_paths"] = [variable_path(v) for v in variables]
+    return ref_meta, ref_arrays + unit_arrays
