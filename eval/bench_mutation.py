@@ -171,12 +171,14 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
         for name in names:
             copy = work / "base" / name
             shutil.rmtree(copy, ignore_errors=True)
-            shutil.copytree(EXPECTED / name, copy)
+            shutil.copytree(EXPECTED / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
             tracer = TracingRunner(runner, copy)
-            report = await verify(FIXTURES / name, copy, tracer, state, config, fresh=True)
+            # the default timeout: recording and traced jobs are slower than a mutant's jobs
+            report = await verify(FIXTURES / name, copy, tracer, state, VerifyConfig(), fresh=True)
             statuses = {r.module: r.status for r in report.rows}
             if any(s in BAD for s in statuses.values()):
-                print(f"{name}: skipped, its translation does not verify here ({statuses})")
+                problems = [p for r in report.rows for p in r.problems]
+                print(f"{name}: left out, its translation does not verify here: {problems[:2]}", flush=True)
                 continue
             baselines[name] = Baseline(statuses, dict(tracer.lines))
             planted.extend(all_mutants(name))
@@ -198,7 +200,7 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
                 try:
                     copy = work / f"slot{slot}" / p.fixture
                     shutil.rmtree(copy, ignore_errors=True)
-                    shutil.copytree(EXPECTED / p.fixture, copy)
+                    shutil.copytree(EXPECTED / p.fixture, copy, ignore=shutil.ignore_patterns("__pycache__"))
                     (copy / p.file).write_text(p.source)
                     started = time.perf_counter()
                     report = await verify(FIXTURES / p.fixture, copy, runner, state, config)

@@ -34,6 +34,7 @@ import numpy as np
 
 from tern.verify.arrays import array_paths, read_case, unpack
 from tern.verify.graft import flatten, graft
+from tern.verify.replay_functions import replay_function_case
 
 #: float32 defaults; half precision gets looser ones (``tolerance_for``)
 DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -104,6 +105,8 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     import jax.numpy as jnp
 
     meta, arrays = read_case(directory, name)
+    if meta.get("kind") == "function":
+        return replay_function_case(meta, arrays, tolerance)
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:
         module = _build(meta["origin"], arrays)
@@ -191,8 +194,13 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                                                   grad_params, grad_inputs, init, any(c is not None for c in cots))
             checks = [check if check["ok"] else _against_float64(check, value, value64[1], tolerance)
                       for check, value, value64 in zip(checks, values, wide_values)]
-        result["outputs"] = checks[:len(want_paths)]
-        result["gradients"] = checks[len(want_paths):] + problems
+        compared_outputs = len(want_paths) - len(meta.get("stochastic", []))
+        result["outputs"] = checks[:compared_outputs]
+        result["gradients"] = checks[compared_outputs:] + problems
+        if meta.get("stochastic"):
+            sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
+            result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
+                                                     "(sampled): not compared, the call's other outputs are"]))
         compared = checks + problems
         result["status"] = "match" if all(c["ok"] for c in compared) else "mismatch"
         return result
@@ -229,7 +237,7 @@ def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: An
     got_leaves = jax.tree_util.tree_leaves(out)
     if len(got_leaves) != len(want_paths):
         return {**result, "status": "mismatch", "outputs": [], "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
-    checks = [compare(path, got, arrays[f"a{index}"], tolerance) for (path, index), got in zip(want_paths, got_leaves)]
+    checks = [compare(path, got, want, tolerance) for path, got, want in _reproducible(meta, arrays, want_paths, got_leaves)]
     return {**result, "outputs": checks, "gradients": [], "eager": "data-dependent output shapes: outputs compared eagerly, gradients not compared",
             "status": "match" if all(c["ok"] for c in checks) else "mismatch"}
 
@@ -241,7 +249,7 @@ def _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inp
     so they land on the same Flax paths); a weight map that fails is a problem check."""
     import jax
 
-    values = [(path, got, arrays[f"a{index}"]) for (path, index), got in zip(want_paths, got_leaves)]
+    values = _reproducible(meta, arrays, want_paths, got_leaves)
     if not with_gradients:
         return values, []
     for i, (got, want) in enumerate(zip(grad_inputs, unpack(meta["input_grads"], arrays))):
@@ -255,6 +263,14 @@ def _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inp
     for key, want in flatten(want_tree.get("params", {})).items():
         values.append(("d/d " + "/".join(key), got_flat[key], want))
     return values, []
+
+
+def _reproducible(meta, arrays, want_paths, got_leaves) -> list[tuple[str, Any, np.ndarray]]:
+    """``(name, jax output, keras output)`` for the outputs Keras reproduced between two runs
+    (a call's sampled outputs are listed under ``stochastic`` and left out)."""
+    skipped = set(meta.get("stochastic", []))
+    return [(path, got, arrays[f"a{index}"]) for i, ((path, index), got) in enumerate(zip(want_paths, got_leaves))
+            if i not in skipped]
 
 
 @contextlib.contextmanager
