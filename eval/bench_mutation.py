@@ -52,6 +52,7 @@ from mutation_operators import OPERATORS, apply, mutants  # noqa: E402
 
 from tern.sandbox.jobs import Job, JobResult  # noqa: E402
 from tern.support_module import is_generated  # noqa: E402
+from tern.verify import keys  # noqa: E402
 from tern.verify.record import is_test_file  # noqa: E402
 
 FIXTURES = ROOT / "fixtures" / "tf"
@@ -171,6 +172,12 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
     planted: list[Planted] = []
     async with open_runner(project, daemon="require", writable_roots=(state,)) as runner:
         for name in names:
+            saved = project / "baselines" / f"{name}-{keys.digest(keys.tern_fingerprint(), keys.tree_hash(EXPECTED / name))[:16]}.json"
+            if saved.is_file():  # this tern on this translation: statuses and lines run are known
+                known = json.loads(saved.read_text())
+                baselines[name] = Baseline(known["statuses"], {f: set(n) for f, n in known["lines"].items()})
+                planted.extend(all_mutants(name))
+                continue
             copy = work / "base" / name
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(EXPECTED / name, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -183,6 +190,8 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
                 print(f"{name}: left out, its translation does not verify here: {problems[:2]}", flush=True)
                 continue
             baselines[name] = Baseline(statuses, dict(tracer.lines))
+            saved.parent.mkdir(exist_ok=True)
+            saved.write_text(json.dumps({"statuses": statuses, "lines": {f: sorted(n) for f, n in tracer.lines.items()}}))
             planted.extend(all_mutants(name))
         operators = set(args.operators.split(",")) if args.operators else set(OPERATORS)
         planted = [p for p in planted if p.operator in operators]
