@@ -1,7 +1,7 @@
 """Does verification catch a translation bug? Plant typical ones and count.
 
 Usage: python eval/bench_mutation.py [--limit N] [--fixtures a,b,...] [--seed S] [--operators o,p]
-                                     [--json FILE] [--project DIR]
+                                     [--json FILE] [--survivors EARLIER.json] [--project DIR]
 
 Per fixture whose golden translation verifies today (``fixtures/expected/status.toml``
 "pass", and its modules all equivalent or untested when verified here first), the
@@ -196,6 +196,9 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
         operators = set(args.operators.split(",")) if args.operators else set(OPERATORS)
         planted = [p for p in planted if p.operator in operators]
         chosen = sample(planted, args.limit, args.seed)  # the same sample whatever verify reaches: runs compare
+        if args.survivors:  # again the mutants an earlier run let through, after a change to verify
+            earlier = {_key(m) for m in json.loads(Path(args.survivors).read_text()) if m["outcome"] == "survived"}
+            chosen = [p for p in planted if _key(vars(p)) in earlier]
         for p in chosen:
             ran = baselines[p.fixture].lines.get(p.file, set())
             if not any(line in ran for line in range(p.line, p.last_line + 1)):
@@ -262,6 +265,10 @@ def print_report(results: list[Planted], baselines: dict[str, Baseline], seconds
         print(f"  {p.fixture}/{p.file}:{p.line} {p.operator}: {p.description}")
 
 
+def _key(mutant: dict) -> tuple:
+    return tuple(mutant[k] for k in ("fixture", "file", "line", "operator", "description"))
+
+
 def _check(by: str) -> str:
     return by.split("(", 1)[1].split(")", 1)[0] if "(" in by else by
 
@@ -276,9 +283,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per sandbox job (a mutant may loop)")
     parser.add_argument("--project", default="/tmp/tern-bench-mutation", help="its .tern keeps recordings and results")
     parser.add_argument("--json", default="", help="write every mutant's outcome here")
+    parser.add_argument("--survivors", default="", help="run only the survivors listed in an earlier run's --json")
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args()
-    names = candidate_fixtures([n for n in args.fixtures.split(",") if n])
+    wanted = [n for n in args.fixtures.split(",") if n]
+    if args.survivors and not wanted:
+        wanted = sorted({m["fixture"] for m in json.loads(Path(args.survivors).read_text()) if m["outcome"] == "survived"})
+    names = candidate_fixtures(wanted)
     project = Path(args.project)
     project.mkdir(parents=True, exist_ok=True)
     (project / "pyproject.toml").write_text("[project]\nname = 'bench-mutation'\n")
