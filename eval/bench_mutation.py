@@ -198,7 +198,8 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
         chosen = sample(planted, args.limit, args.seed)  # the same sample whatever verify reaches: runs compare
         if args.survivors:  # again the mutants an earlier run let through, after a change to verify
             earlier = {_key(m) for m in json.loads(Path(args.survivors).read_text()) if m["outcome"] == "survived"}
-            chosen = [p for p in planted if _key(vars(p)) in earlier]
+            chosen = list({_key(vars(p)): p for p in reversed(planted) if _key(vars(p)) in earlier}.values())[::-1]
+            # (two mutants alike in line and text, e.g. -0.05 and 0.05 on one line: the first stands for both)
         for p in chosen:
             ran = baselines[p.fixture].lines.get(p.file, set())
             if not any(line in ran for line in range(p.line, p.last_line + 1)):
