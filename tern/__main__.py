@@ -1,3 +1,3 @@
-from tern.cli import app
+from tern.entry import main
 
-app(prog_name="tern")
+main()

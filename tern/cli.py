@@ -314,7 +314,6 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
             executor=None) -> int:
     import anyio
 
-    from tern.runner import write_atomic
     from tern.verify import cli as verify_cli
 
     def progress(message: str) -> None:
@@ -324,13 +323,7 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
     reports, info = anyio.run(lambda: verify_cli.verify_targets(
         targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress,
         executor=executor))
-    verify_cli.render(reports, info, out)
-    first = targets[0].translated
-    where = first if len(targets) == 1 else first.parent
-    path = json_path or where.with_name(where.name + ".tern-verify.json")
-    write_atomic(path, verify_cli.json_report(reports, info).encode())
-    out.print(f"report {path}", markup=False)
-    return verify_cli.exit_code(reports)
+    return verify_cli.finish(reports, info, targets, json_path, out)
 
 
 @app.command()
@@ -360,6 +353,35 @@ def verify(
                        json_path=json_path, executor=config)
     except (TargetError, ConfigError, ValueError, RayUnavailable) as exc:
         sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+@app.command("mcp")
+def mcp_server(
+    project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ cache and server to use (default: the current directory's)."),
+    timeout: float = typer.Option(600.0, "--timeout", min=0.0, help="Seconds one tool call may take; past them it is cancelled and answered with an error."),
+    daemon: str = typer.Option("auto", "--daemon", help="For verify and run_test: auto (use or start the project's tern server), never, require."),
+) -> None:
+    """Serve tern's tools (translate, verify, run_test, explain_todo, remaining) to a coding
+    agent over the Model Context Protocol, on stdin/stdout. Needs tern[mcp] (docs/mcp.md)."""
+    from tern.sandbox.client import resolve_mode
+
+    if project is not None and not project.is_dir():
+        sys.stderr.write(f"error: no such directory: {project}\n")
+        raise typer.Exit(2)
+    try:
+        daemon = resolve_mode(daemon)
+        from tern.mcp.server import serve as serve_mcp
+
+        code = serve_mcp((project or Path.cwd()).resolve(), timeout=timeout, daemon=daemon)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "mcp":
+            raise
+        sys.stderr.write("error: tern mcp needs the mcp package: pip install 'tern[mcp]'\n")
         raise typer.Exit(2)
     raise typer.Exit(code)
 

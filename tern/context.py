@@ -102,9 +102,16 @@ class FileContext:
             return record.target
         if kind == "dtype":
             api = self.tables.api.get(self.dtype_source(source))
-            if api is not None and api.is_name and not api.todo:
+            if api is not None and api.is_name and not self.api_todo(api):
                 return api.target
         return None
+
+    def api_todo(self, record) -> str:
+        """Why a record is not translated here: its ``todo``, except for a 64-bit dtype inside
+        a function that runs under ``jax.enable_x64`` (rules/structure/x64_scopes.py)."""
+        if record.x64 and any("x64" in frame.tags for frame in self.frames):
+            return ""
+        return record.todo
 
     def dtype_source(self, source: str) -> str:
         """The TF name record of a dtype: ``tensorflow.float32`` for itself, ``"float32"`` or TF's

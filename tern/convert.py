@@ -119,8 +119,8 @@ def _config_initializer(value: dict, ctx: ConvertContext) -> Result:
 def _dtype_refusal(ctx, source: str) -> str:
     """Why a dtype string has no JAX name here: its TF name's TODO (64-bit types), or none known."""
     api = ctx.tables.api.get(ctx.dtype_source(source))
-    if api is not None and api.todo:
-        return f"dtype {source!r}: {api.todo}"
+    if api is not None and ctx.api_todo(api):
+        return f"dtype {source!r}: {ctx.api_todo(api)}"
     return f"no dtype mapping for {source!r}"
 
 

@@ -60,6 +60,8 @@ class ApiRecord:
     todo: str = ""
     note: str = ""
     origin: str = ""
+    #: a 64-bit dtype: its ``todo`` does not apply where the code runs under ``jax.enable_x64``
+    x64: bool = False
 
     @property
     def is_name(self) -> bool:
@@ -244,6 +246,7 @@ def _api(raw: dict[str, Any], origin: str) -> ApiRecord:
         todo=raw.get("todo", ""),
         note=raw.get("note", ""),
         origin=origin,
+        x64=raw.get("x64", False),
     )
 
 

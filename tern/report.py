@@ -6,11 +6,14 @@ Workers return these (picklable, JSON-ready); nothing here raises for an outcome
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 TODO_MARK = "TODO(tern)"
+#: a TODO comment as tern writes it: ``# TODO(tern): <construct>: <reason>``
+TODO_LINE = re.compile(r"#\s*TODO\(tern\):\s*(?P<construct>[^:]+):\s*(?P<reason>.*)$")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, shor
 from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.records import ApiRecord, Tables, tables as default_tables
 from tern.render import api_call, commas, bind, code, expand_template
-from tern.report import TODO_MARK, AllowedUse, Edit, Note, Todo
+from tern.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.rule import consumed_names, discover
 from tern.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
@@ -414,8 +414,8 @@ class Translator(cst.CSTTransformer):
     def _apply_api(self, name: str, record: ApiRecord, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
         short = _short_name(name)
-        if record.todo:
-            return self._refuse(original, short, record.todo)
+        if ctx.api_todo(record):
+            return self._refuse(original, short, ctx.api_todo(record))
         if record.is_name:
             return updated.with_changes(func=ctx.target_name(record.target))  # e.g. tf.float32(1)
         out = api_call(ctx, record, updated)
@@ -446,8 +446,8 @@ class Translator(cst.CSTTransformer):
             return updated
         self._touched_source[-1] = True
         record = ctx.tables.api.get(name)
-        if record is not None and record.todo:
-            ctx.todo(_short_name(name), record.todo)
+        if record is not None and ctx.api_todo(record):
+            ctx.todo(_short_name(name), ctx.api_todo(record))
             return updated
         if record is not None and record.constant is not None:
             out = cst.parse_expression(record.constant)
@@ -695,9 +695,6 @@ def _with_todo_comments(node: cst.CSTNode, todos: list[Todo], also_present: set[
     return node.with_changes(leading_lines=[*node.leading_lines, *new])
 
 
-_TODO_LINE = re.compile(r"#\s*TODO\(tern\):\s*(?P<construct>[^:]+):\s*(?P<reason>.*)$")
-
-
 def todos_in(text: str) -> list[Todo]:
     """TODOs as they stand in the output, with their line numbers (the report's source)."""
     out = []
@@ -705,7 +702,7 @@ def todos_in(text: str) -> list[Todo]:
     for index, line in enumerate(lines):
         if TODO_MARK not in line:
             continue
-        match = _TODO_LINE.search(line)
+        match = TODO_LINE.search(line)
         if match:
             # the TODO is about the next line that is not itself a comment
             code_at = index + 1

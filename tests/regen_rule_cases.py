@@ -19,5 +19,8 @@ for family in ("structure", "testing"):
             new = translated(case)
             if new != case["after"]:
                 print(f"changed: {path.relative_to(RULES)} {case['name']}")
-                text = text.replace("after = '''\n" + case["after"] + "'''", "after = '''\n" + new + "'''")
+                at = text.index(f'name = "{case["name"]}"')  # this case's after, not an equal one
+                old, fresh = "after = '''\n" + case["after"] + "'''", "after = '''\n" + new + "'''"
+                at = text.index(old, at)
+                text = text[:at] + fresh + text[at + len(old):]
         path.write_text(text)

@@ -24,6 +24,21 @@ def test_a_dict_keyed_by_int_levels_round_trips_with_int_keys():
     assert [p for p, _ in array_paths(data)] == ["[3]", "[4]", "[5]"]
 
 
+def test_paths_come_in_the_order_jax_and_tf_nest_flatten_a_dict_filled_top_down():
+    """A feature pyramid fills its outputs from the top level down ({5: ..., 4: ..., 3: ...});
+    both flatteners sort the keys, so the recorded values must be compared in that order."""
+    import jax
+
+    value = {5: np.full((1, 2, 2, 1), 5.0), 3: np.full((1, 8, 8, 1), 3.0), 4: np.full((1, 4, 4, 1), 4.0)}
+    named = {"b": np.ones(1), "a": np.zeros(2)}
+    arrays: list = []
+    data = pack([value, named], arrays)
+    paths = array_paths(data)
+    assert [p for p, _ in paths] == ["[0][3]", "[0][4]", "[0][5]", "[1]['a']", "[1]['b']"]
+    leaves = jax.tree_util.tree_leaves([value, named])
+    assert all(np.array_equal(arrays[i], leaf) for (_, i), leaf in zip(paths, leaves))
+
+
 @pytest.mark.parametrize("value", [{(1, 2): np.ones(2)}, {True: np.ones(2)}, {1.5: np.ones(2)}])
 def test_other_keys_are_refused_with_a_reason(value):
     with pytest.raises(Unpackable, match="keys other than str and int"):

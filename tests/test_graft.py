@@ -44,6 +44,29 @@ def test_regularized_layer_wrapper_is_looked_through_and_its_loss_terms_are_no_w
     assert set(tree) == {"params", "losses"}
 
 
+def test_sublayers_of_an_overwritten_constructor_argument_are_found_under_its_underscored_name():
+    """``self.lateral_layers = lateral_layers or {2: Conv2D(...)}``: the argument stays a
+    Flax field, the sublayers move to ``_lateral_layers`` (rules/structure/keras_class.py);
+    the name without the underscore wins when both exist, and a misfit is still reported."""
+    init = {"params": {"_lateral_layers_2": {"kernel": z(3, 4), "bias": z(4)},
+                       "block": {"_proj": {"kernel": z(4, 2), "bias": z(2)}}}}
+    tree, problems = graft(init, [
+        {"scope": "lateral_layers_2", "path": "lateral_layers_2", "layer": "Conv2D", "tree": dense(3, 4, 2.0)},
+        {"scope": "block/proj", "path": "block/proj", "layer": "Dense", "tree": dense(4, 2, 3.0)},
+    ])
+    assert problems == []
+    assert (tree["params"]["_lateral_layers_2"]["kernel"] == 2).all()
+    assert (tree["params"]["block"]["_proj"]["bias"] == 3).all()
+
+    both = {"params": {"out": {"kernel": z(3, 4), "bias": z(4)}, "_out": {"kernel": z(3, 4), "bias": z(4)}}}
+    tree, _ = graft(both, [{"scope": "out", "path": "out", "layer": "Dense", "tree": dense(3, 4, 5.0)}])
+    assert (tree["params"]["out"]["kernel"] == 5).all() and (tree["params"]["_out"]["kernel"] == 0).all()
+
+    _, problems = graft({"params": {"_out": {"kernel": z(3, 5), "bias": z(5)}}},
+                        [{"scope": "out", "path": "out", "layer": "Dense", "tree": dense(3, 4)}])
+    assert problems and "Dense at out" in problems[0]
+
+
 def test_own_variables_merge_beside_submodules():
     init = {"params": {"query": z(4), "proj": {"kernel": z(4, 4), "bias": z(4)}},
             "batch_stats": {"mean": z(4)}}

@@ -10,15 +10,21 @@ must come out as mismatches.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tern.sandbox.client import request
+from tern.sandbox.daemon import paths_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "tf"
@@ -443,3 +449,164 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
         row = found[f"{name}.{file.removesuffix('.py')}"]
         assert row["status"] == "equivalent" and row["cases_matched"] == row["cases_total"] > 0, (name, row["problems"])
     assert proc.returncode == 0, proc.stdout
+
+
+# -- the tool loop: tern mcp and the thin tern verify, on this module's warm project ---------
+#
+# An agent's calls go to ``tern mcp`` over stdio with the real ``mcp`` client; the project's
+# daemon, cache and recordings are the ones the CLI runs above filled, so these calls show
+# the loop as an agent meets it: warm. A broken copy of custom_dense computes
+# ``x @ kernel + bias + 1`` and must verify as a mismatch.
+
+SLOW_TEST = "import time\n\n\ndef test_sleeps():\n    time.sleep(600)\n"
+
+
+@pytest.fixture(scope="module")
+def loop(project, second):
+    """Translations of custom_dense in the project: as tern wrote it, broken, and with a
+    test that sleeps (for the call that must time out)."""
+    root = project / "loop"
+    for name in ("good", "broken", "slow"):
+        shutil.copytree(EXPECTED / "custom_dense", root / name / "custom_dense", ignore=shutil.ignore_patterns("__pycache__"))
+    layers = root / "broken" / "custom_dense" / "layers.py"
+    assert "outputs = outputs + bias\n" in layers.read_text()
+    layers.write_text(layers.read_text().replace("outputs = outputs + bias\n", "outputs = outputs + bias + 1.0\n"))
+    (root / "slow" / "custom_dense" / "slow_test.py").write_text(SLOW_TEST)
+    return root
+
+
+@pytest.fixture(scope="module")
+def agent(project, loop):
+    mcp_session = pytest.importorskip("mcp_session")
+    session = mcp_session.Session(project, "--timeout", "300")
+    yield session
+    session.close()
+
+
+ORIGINAL = str(FIXTURES / "custom_dense")
+
+
+def test_mcp_lists_the_tools_with_their_schemas(agent):
+    tools = {t.name: t for t in agent.run(agent.client.list_tools()).tools}
+    assert set(tools) == {"translate", "verify", "run_test", "explain_todo", "remaining"}
+    assert tools["verify"].input_schema["required"] == ["path"]
+    assert "project" not in tools["verify"].input_schema["properties"]  # the server's setting, not the agent's
+
+
+def test_mcp_translates_a_file_and_one_unit(agent):
+    error, answer = agent.call("translate", path=str(FIXTURES / "custom_dense" / "layers.py"), unit="CustomDense.call")
+    assert not error, answer
+    (only,) = answer["files"]
+    assert (only["path"], only["status"], only["todos"]) == ("layers.py", "translated", [])
+    assert "-import tensorflow as tf" in only["diff"]
+    unit = answer["unit"]  # a Keras layer's call is the Flax module's __call__
+    assert unit["name"] == "CustomDense.__call__" and unit["source"].lstrip().startswith("@nn.compact")
+    assert "jnp.matmul(inputs, kernel)" in unit["source"] and "class CustomDense" not in unit["source"]
+
+
+def test_mcp_verifies_a_translation_and_its_broken_copy(agent, loop):
+    error, good = agent.call("verify", path=str(loop / "good" / "custom_dense"), original=ORIGINAL)
+    assert not error, good
+    row = next(r for r in good["modules"] if r["module"] == "custom_dense.layers")
+    assert row["status"] == "equivalent" and row["max_abs_error"] < 1e-5 and good["warm_daemon"], row
+    assert good["cache"]["misses"] == 0  # the CLI's runs above filled the same cache
+    error, broken = agent.call("verify", path=str(loop / "broken" / "custom_dense"), original=ORIGINAL,
+                               module="custom_dense.layers")
+    assert not error, broken
+    (row,) = broken["modules"]
+    assert broken["status"] == row["status"] == "mismatch", row
+    assert row["first_difference"].startswith("mismatch") and row["max_abs_error"] >= 0.5, row
+    assert row["tests"]["failed"] >= 1 and broken["cache"]["hits"] >= 1  # the recording is reused
+
+
+def test_mcp_runs_one_translated_test(agent, loop):
+    error, answer = agent.call("run_test", path=str(loop / "broken" / "custom_dense"), original=ORIGINAL,
+                               test="layers_test.py::CustomDenseTest::test_relu_and_zero_kernel")
+    assert not error, answer
+    (outcome,) = answer["outcomes"].values()
+    assert not answer["passed"] and outcome.startswith("failure"), answer  # bias + 1: ones became twos
+
+
+def test_mcp_bad_input_is_a_tool_error_and_the_server_keeps_serving(agent, loop, tmp_path):
+    error, text = agent.call("verify", path=str(loop / "nowhere"))
+    assert error and "no such file or directory" in text
+    bad = tmp_path / "bad.py"
+    bad.write_text("import tensorflow as tf\ndef f(:\n")
+    error, text = agent.call("translate", path=str(bad))
+    assert error and "cannot translate" in text, text
+    error, text = agent.call("translate", path=str(FIXTURES / "custom_dense" / "layers.py"), unit="Nothing")
+    assert error and "defines no 'Nothing'" in text
+    error, text = agent.call("explain_todo", path=str(loop / "good" / "custom_dense" / "layers.py"), line=1)
+    assert error and "no '# TODO(tern)'" in text
+    error, text = agent.call("run_test", path=str(loop / "good" / "custom_dense"), original=ORIGINAL, test="layers_test.py")
+    assert error and "FILE::NAME" in text
+    error, answer = agent.call("remaining", path=str(loop / "good" / "custom_dense"))
+    assert not error and answer["todos"] == [], answer
+
+
+def test_mcp_explains_a_todo_and_lists_what_is_left(agent, tmp_path):
+    from tern.runner import migrate
+
+    # .numpy() keeps the function out of a jax.enable_x64 scope (rules/structure/x64_scopes.py)
+    (tmp_path / "uses_int64.py").write_text("import tensorflow as tf\n\n\ndef cast(x):\n    return tf.cast(x, tf.int64).numpy()\n")
+    migrate(tmp_path / "uses_int64.py", tmp_path / "out.py")
+    error, left = agent.call("remaining", path=str(tmp_path / "out.py"))
+    assert not error, left
+    todo = next(t for t in left["todos"] if t["construct"] == "tf.int64")
+    error, explained = agent.call("explain_todo", path=str(tmp_path / "out.py"), line=todo["line"])
+    assert not error, explained
+    assert (explained["kind"], explained["record"]["source"]) == ("api", "tensorflow.int64")
+    assert "never translated automatically" in explained["why"] and "jax_enable_x64" in explained["reason"]
+    error, below = agent.call("explain_todo", path=str(tmp_path / "out.py"), line=todo["line"] + 2)  # the statement
+    assert not error and below["symbol"] == "tf.cast" and "translates it, but not this use" in below["why"], below
+
+
+def test_mcp_call_past_its_timeout_is_cancelled_and_answered(project, loop, agent):
+    mcp_session = pytest.importorskip("mcp_session")
+    short = mcp_session.Session(project, "--timeout", "3")
+    try:
+        error, text = short.call("run_test", path=str(loop / "slow" / "custom_dense"), original=ORIGINAL,
+                                 test="slow_test.py::test_sleeps")
+        assert error and "did not finish within 3s" in text, text
+        error, answer = short.call("remaining", path=str(loop / "slow" / "custom_dense"))
+        assert not error and answer["todos"] == []
+    finally:
+        short.close()
+    in_flight = lambda: asyncio.run(request(paths_for(project), {"op": "status"}))["status"]["in_flight"]  # noqa: E731
+    deadline = time.monotonic() + 120  # bounds a hang; the cancel is not timed
+    while in_flight() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert in_flight() == 0  # the sleeping job went with the call
+
+
+def tern_timed(project: Path, *args: str, full: bool = False) -> subprocess.CompletedProcess:
+    """``tern ARGS`` under -X importtime, as a shell runs it, or (``full``) through the typer app."""
+    entry = ["-c", "import sys; from tern.cli import app; app(sys.argv[1:], prog_name='tern')"] if full else ["-m", "tern"]
+    return subprocess.run([sys.executable, "-X", "importtime", *entry, *args], cwd=project, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "COLUMNS": "200"})
+
+
+def imported(proc: subprocess.CompletedProcess) -> set[str]:
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("copy, code", [("good", 0), ("broken", 1)])
+def test_thin_verify_is_answered_by_the_daemon_as_the_cli_would(project, loop, copy, code):
+    args = ("verify", f"loop/{copy}/custom_dense", "--original", ORIGINAL, "--json", f"loop/{copy}.json")
+    full = tern_timed(project, *args, full=True)
+    thin = tern_timed(project, *args)
+    assert "tern.thin" in imported(thin) and not {"tern.cli", "typer", "rich", "libcst"} & imported(thin), thin.stderr[-3000:]
+    assert "tern.cli" in imported(full)
+    assert thin.returncode == full.returncode == code, thin.stdout + thin.stderr[-2000:]
+    assert thin.stdout == full.stdout and f"report loop/{copy}.json" in thin.stdout
+    report = json.loads((project / "loop" / f"{copy}.json").read_text())
+    assert report["run"]["daemon"] and report["run"]["cache_misses"] == 0
+
+
+@pytest.mark.parametrize("argv", [["out", "--daemon", "never"], ["out", "--executor", "ray"], ["out", "--help"],
+                                  ["out", "--no-such-option"], ["out", "other"], ["out", "--json"]])
+def test_thin_verify_leaves_what_it_cannot_forward_to_the_cli(project, argv, monkeypatch):
+    from tern import thin
+
+    monkeypatch.chdir(project)
+    assert thin.verify(argv) is None

@@ -20,10 +20,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol
 
-from tern.sandbox.daemon import LINE_LIMIT, DaemonPaths, decode, encode, find_project, paths_for, peer, server_pid, try_lock, version_key
+from tern.sandbox.daemon import (LINE_LIMIT, DaemonPaths, decode, encode, find_project, paths_for, peer, resolve_mode,
+                                 server_pid, try_lock, version_key)
 from tern.sandbox.jobs import Job, JobResult
 
-MODES = ("auto", "never", "require")
 START_TIMEOUT = 60.0  # a cold server imports tern and starts its Sandbox
 ANSWER_TIMEOUT = 10.0  # hello, status and stop: a live server answers at once
 STOP_TIMEOUT = 30.0  # stopping kills the workers
@@ -273,15 +273,6 @@ class LocalRunner:
 
     async def status(self) -> dict[str, Any]:
         return self.sandbox.status()
-
-
-def resolve_mode(daemon: str) -> str:
-    """TERN_DAEMON replaces the default ("auto"); an explicit "never" or "require" stands."""
-    if daemon == "auto":
-        daemon = os.environ.get("TERN_DAEMON", "").strip() or "auto"
-    if daemon not in MODES:
-        raise ValueError(f"daemon must be one of {MODES}, not {daemon!r}")
-    return daemon
 
 
 @asynccontextmanager

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import stat
 import struct
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PROTOCOL = 1
+MODES = ("auto", "never", "require")
 LINE_LIMIT = 256 * 2**20  # StreamReader limit: a job's payload or result is one line
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
 _MARKERS = ("pyproject.toml", ".git")
@@ -38,8 +36,7 @@ def find_project(start: Path) -> Path:
     return start
 
 
-@dataclass(frozen=True)
-class DaemonPaths:
+class DaemonPaths(NamedTuple):  # not a dataclass: the thin client would pay 12 ms importing dataclasses
     project: Path
     socket: Path  # the server listens here
     pidfile: Path  # held with flock by the live server; never deleted (see ``server_pid``)
@@ -103,6 +100,8 @@ def version_key() -> str:
     The interpreter is part of the key too: a daemon started from another environment
     would import other libraries.
     """
+    import importlib.metadata  # here, not on load: the thin client imports this module (27 ms)
+
     try:
         version = importlib.metadata.version("tern")
     except importlib.metadata.PackageNotFoundError:
@@ -117,6 +116,22 @@ def version_key() -> str:
                     st = os.stat(path)
                     digest.update(f"{path}\0{st.st_mtime_ns}\0{st.st_size}\n".encode())
     return f"{version}+{digest.hexdigest()[:16]}"
+
+
+def identity() -> dict[str, str]:
+    """Which tern this process runs, as far as a client can tell cheaply: the interpreter
+    and the source tree. A server answers a client's command only when both are its own
+    and its sources are unchanged since it started (``version_key``)."""
+    return {"executable": sys.executable, "python": sys.version, "tern": str(Path(__file__).resolve().parents[1])}
+
+
+def resolve_mode(daemon: str) -> str:
+    """TERN_DAEMON replaces the default ("auto"); an explicit "never" or "require" stands."""
+    if daemon == "auto":
+        daemon = os.environ.get("TERN_DAEMON", "").strip() or "auto"
+    if daemon not in MODES:
+        raise ValueError(f"daemon must be one of {MODES}, not {daemon!r}")
+    return daemon
 
 
 def try_lock(path: Path) -> int | None:
@@ -148,8 +163,10 @@ def server_pid(paths: DaemonPaths) -> int | None:
         return -1  # locked but not yet written: a server is starting
 
 
-def peer(sock: socket.socket | None) -> tuple[int, int] | None:
+def peer(sock: Any) -> tuple[int, int] | None:
     """(pid, uid) of the process at the other end of a Unix socket (Linux), else None."""
+    import socket  # here: the thin client has its own socket, and this costs it 6 ms
+
     try:
         pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     except (AttributeError, OSError):

@@ -8,6 +8,11 @@ Protocol: one request per connection, one JSON line each way. Ops: ``hello`` (ve
 key), ``status``, ``stop`` (``drain``: finish in-flight jobs but free the address at
 once, so a newer server can start beside it) and ``run`` (a Job; answers a JobResult).
 A client that closes its connection mid-job cancels the job.
+
+One op runs tern's own code here rather than only forwarding jobs: ``verify``, the thin
+client's ``tern verify`` (``tern/verify/served.py``), which answers with ``{"stderr"}``
+progress lines, then ``{"done": {"stdout", "stderr", "exit"}}`` or ``{"fallback": why}``.
+It is served only to a client of this same tern, unchanged since the server started.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from tern.sandbox import daemon
 from tern.sandbox.daemon import LINE_LIMIT, PROTOCOL, DaemonPaths, decode, encode, paths_for, peer, server_pid, try_lock, version_key
 from tern.sandbox.pool import KINDS
 from tern.sandbox.jobs import Job, JobResult
@@ -151,7 +157,7 @@ class Server:
                 line = await asyncio.wait_for(reader.readline(), REQUEST_TIMEOUT)
                 if not line:
                     return
-                reply = await self._answer(decode(line), reader)
+                reply = await self._answer(decode(line), reader, writer)
             except (ValueError, asyncio.TimeoutError) as exc:  # bad JSON, too long, silent
                 reply = {"error": f"bad request: {exc!r}"}
             except Exception as exc:  # a bug here must not take the server down
@@ -166,7 +172,8 @@ class Server:
             self._handlers.discard(asyncio.current_task())
             writer.close()
 
-    async def _answer(self, request: dict[str, Any], reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    async def _answer(self, request: dict[str, Any], reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> dict[str, Any] | None:
         op = request.get("op")
         if op == "hello":
             self._last = time.monotonic()
@@ -183,23 +190,62 @@ class Server:
                 return {"error": f"not a job: {exc}"}
             result = await self._run(job, reader)
             return None if result is None else {"result": asdict(result)}
+        if op == "verify":
+            return await self._verify(request, reader, writer)
         return {"error": f"unknown op {op!r}"}
 
+    def _foreign(self, client: Any) -> str:
+        """Why this server must not run a client's command with its own code, or ""."""
+        if client != daemon.identity():
+            return "the client runs another tern or Python"
+        if daemon.version_key() != self.key:  # the module's: a test may patch this one's name
+            return "tern's sources changed since this server started"
+        return ""
+
+    async def _verify(self, request: dict[str, Any], reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+        if self._stopping.is_set():
+            return {"fallback": "tern server is stopping"}
+        if why := self._foreign(request.get("tern")):
+            return {"fallback": why}
+        from tern.verify.served import answer_verify
+
+        def emit(text: str) -> None:
+            if text:
+                writer.write(encode({"stderr": text}))
+
+        answer = await self._until_hangup(lambda: answer_verify(request, _OwnSandbox(self), emit), reader, "verify")
+        return None if answer is None else answer if "fallback" in answer else {"done": answer}
+
     async def _run(self, job: Job, reader: asyncio.StreamReader) -> JobResult | None:
-        """The job's result; None when the client hung up (the job is then cancelled).
+        """The job's result; None when the client hung up (the job is then cancelled)."""
+        if self._stopping.is_set():
+            return JobResult(cause="cancelled", error="tern server is stopping")
+        try:
+            result = await self._until_hangup(lambda: self.sandbox.run(job), reader, job.task)
+        except Exception as exc:
+            return JobResult(cause="crash", error=f"tern server: the sandbox failed: {exc!r}")
+        if result is None:
+            return None
+        if result is _STOPPED:
+            return JobResult(cause="cancelled", error="tern server stopped before the job finished")
+        self.served += 1
+        return result
+
+    async def _until_hangup(self, work: Any, reader: asyncio.StreamReader, what: str) -> Any:
+        """``await work()``, counted in flight; None when the client hung up first (the work
+        is then cancelled), ``_STOPPED`` when the server stopped it.
 
         Cancelling goes through an anyio scope, as the Sandbox is anyio code: a scope stays
         cancelled until it exits, where a single ``Task.cancel`` can be absorbed by a
         shielded clean-up in the Sandbox and lost.
         """
-        if self._stopping.is_set():
-            return JobResult(cause="cancelled", error="tern server is stopping")
         scope = anyio.CancelScope()
 
-        async def guarded() -> JobResult:
+        async def guarded() -> Any:
             with scope:
-                return await self.sandbox.run(job)
-            return JobResult(cause="cancelled", error="tern server stopped before the job finished")
+                return await work()
+            return _STOPPED
 
         task = asyncio.create_task(guarded())
         self._jobs[task] = scope
@@ -207,19 +253,36 @@ class Server:
         try:
             await asyncio.wait({task, hangup}, return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
-                _log(f"client hung up; cancelling {job.task}")
+                _log(f"client hung up; cancelling {what}")
                 scope.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 return None
-            if task.exception() is not None:
-                return JobResult(cause="crash", error=f"tern server: the sandbox failed: {task.exception()!r}")
-            self.served += 1
             return task.result()
         finally:
             hangup.cancel()
             scope.cancel()
             del self._jobs[task]
             self._last = time.monotonic()
+
+
+_STOPPED = object()
+
+
+class _OwnSandbox:
+    """A Runner over the server's own Sandbox, for the commands it serves itself."""
+
+    warm_daemon = True
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def run(self, job: Job) -> JobResult:
+        result = await self.server.sandbox.run(job)
+        self.server.served += 1
+        return result
+
+    async def status(self) -> dict[str, Any]:
+        return self.server.status()
 
 
 def _descends_from_me(pid: int) -> bool:

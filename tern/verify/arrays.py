@@ -74,7 +74,9 @@ def shift(data: Any, offset: int) -> Any:
 
 
 def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
-    """``(readable path, array index)`` for every array placeholder, in order."""
+    """``(readable path, array index)`` for every array placeholder, in the order
+    ``jax.tree_util.tree_leaves`` and ``tf.nest.flatten`` give the values: dict keys sorted,
+    not in the order the dict was filled (a pyramid built from its top level down)."""
     if isinstance(data, list):
         return [p for i, v in enumerate(data) for p in array_paths(v, f"{prefix}[{i}]")]
     if isinstance(data, dict):
@@ -83,10 +85,18 @@ def array_paths(data: Any, prefix: str = "") -> list[tuple[str, int]]:
         if "__tuple__" in data:
             return array_paths(data["__tuple__"], prefix)
         if "__dict__" in data:
-            return [p for k, v in data["__dict__"].items() for p in array_paths(v, f"{prefix}[{k!r}]")]
+            return [p for k, v in _sorted(data["__dict__"].items()) for p in array_paths(v, f"{prefix}[{k!r}]")]
         if "__items__" in data:
-            return [p for k, v in data["__items__"] for p in array_paths(v, f"{prefix}[{k!r}]")]
+            return [p for k, v in _sorted(data["__items__"]) for p in array_paths(v, f"{prefix}[{k!r}]")]
     return []
+
+
+def _sorted(items) -> list:
+    items = list(items)
+    try:
+        return sorted(items, key=lambda item: item[0])
+    except TypeError:  # keys of mixed types: neither flattener sorts them either
+        return items
 
 
 def write_case(directory: Path, name: str, meta: dict, arrays: list[np.ndarray]) -> None:

@@ -89,8 +89,17 @@ def problems(reports: list[PackageReport]) -> list[str]:
 async def verify_targets(targets: list[Target], *, project: Path, daemon: str, use_cache: bool,
                          workers: int | None, progress: Any = None, executor: Any = None) -> tuple[list[PackageReport], dict]:
     """``executor``: an ``ExecutorConfig`` (None: this machine's pool, through the daemon per ``daemon``)."""
-    from tern.sandbox.daemon import find_project
     from tern.sandbox.executor import open_executor
+
+    # no writable roots: verification jobs write only their scratch (recordings are moved by the sandbox)
+    async with open_executor(project, executor, daemon=daemon, workers=workers) as runner:
+        return await verify_with(runner, targets, project=project, use_cache=use_cache, progress=progress)
+
+
+async def verify_with(runner: Any, targets: list[Target], *, project: Path, use_cache: bool,
+                      progress: Any = None) -> tuple[list[PackageReport], dict]:
+    """Verify ``targets`` with jobs run by ``runner`` (a client's, or the daemon's own Sandbox)."""
+    from tern.sandbox.daemon import find_project
     from tern.verify.cache import Cache
     from tern.verify.config import load_config
     from tern.verify.run import PackageVerifier
@@ -98,8 +107,7 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
     state = find_project(project) / ".tern"
     cache = Cache(state, enabled=use_cache)
     reports: list[PackageReport | None] = [None] * len(targets)
-    # no writable roots: verification jobs write only their scratch (recordings are moved by the sandbox)
-    async with open_executor(project, executor, daemon=daemon, workers=workers) as runner:
+    try:
         async with anyio.create_task_group() as group:
             for index, target in enumerate(targets):
                 async def one(index=index, target=target) -> None:
@@ -110,13 +118,29 @@ async def verify_targets(targets: list[Target], *, project: Path, daemon: str, u
                         progress(f"{target.original.name}: {reports[index].status}")
                 group.start_soon(one)
         status = await runner.status()
+    finally:
+        cache.close()
     level = (status.get("sandbox") or status).get("isolation", "?") if isinstance(status, dict) else "?"
     info = {"daemon": bool(getattr(runner, "warm_daemon", False)), "cache_hits": cache.hits, "cache_misses": cache.misses,
             "isolation": {"level": level, "warning": isolation_warning(level)}}
     if isinstance(status, dict) and "executor" in status:  # a cluster: its nodes, actors lost, retries
         info["executor"] = status["executor"]
-    cache.close()
     return [r for r in reports if r is not None], info
+
+
+def finish(reports: list[PackageReport], info: dict, targets: list[Target], json_path: Path | None, out: Console,
+           *, cwd: Path | None = None) -> int:
+    """Show the result, write the JSON report and name it; the exit code. ``json_path`` is
+    shown as given and, when relative, written under ``cwd`` (the caller's directory)."""
+    from tern.runner import write_atomic
+
+    render(reports, info, out)
+    first = targets[0].translated
+    where = first if len(targets) == 1 else first.parent
+    path = json_path or where.with_name(where.name + ".tern-verify.json")
+    write_atomic(path if cwd is None else cwd / path, json_report(reports, info).encode())
+    out.print(f"report {path}", markup=False)
+    return exit_code(reports)
 
 
 def render(reports: list[PackageReport], info: dict, console: Console) -> None:

@@ -5,7 +5,10 @@ exactly (same leaf names, same shapes), and every Flax variable must receive exa
 one Keras value (the ``losses`` collection is no variable: it holds a pass's loss terms).
 Named units are looked up at their attribute path, or one level down under ``layers_0``
 (the ``nn.Sequential([layer, activation])`` the layer rules emit for fused activations) or
-``layer`` (the ``KerasRegularized`` wrapper of a regularized layer). Unnamed units (layers of ``Sequential``/functional models) are
+``layer`` (the ``KerasRegularized`` wrapper of a regularized layer), or with one part of the
+path prefixed by ``_`` (a constructor argument ``__init__`` overwrites, such as
+``self.lateral_layers = lateral_layers or {...}``, stays a Flax field and the sublayers
+move to ``_lateral_layers``). Unnamed units (layers of ``Sequential``/functional models) are
 placed in order among the still unclaimed submodules of their scope; Flax creates
 variables in call order, which is the Keras layer order. A scope Flax does not have (a
 ``Sequential`` built inline in a compact ``__call__``: Flax gives its layers to the module
@@ -106,7 +109,8 @@ class _Placer:
 
     def named(self, unit: dict, unit_flat: dict[str, Leaves]) -> None:
         base = _split(unit["path"])
-        for candidate in (base, (*base, "layers_0"), (*base, "layer")):
+        renamed = [(*base[:i], "_" + part, *base[i + 1:]) for i, part in enumerate(base)]
+        for candidate in (base, (*base, "layers_0"), (*base, "layer"), *renamed):
             if self.fits(unit_flat, candidate, exact=False):
                 self.put(unit_flat, candidate)
                 return

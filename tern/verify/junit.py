@@ -40,10 +40,12 @@ def junit_outcomes(junit: Path, untranslated: dict[str, str] | None = None) -> t
     return tests, details
 
 
-def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bool = False) -> dict:
+def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bool = False,
+               select: list[str] | None = None) -> dict:
     """Run ``files`` with pytest in this process; ``{"exit": code, "tests": {...}}``.
     ``translated``: the files are tern's translations, whose tests may end on a line tern
-    left untranslated (``untranslated.py``).
+    left untranslated (``untranslated.py``). ``select``: node ids within ``files`` to run
+    instead of all their tests (``tern mcp``'s run_test).
 
     No cache provider and no config file: nothing is written outside ``scratch``, and
     the user's own pytest configuration cannot change what is run. No unraisable-exception
@@ -56,7 +58,7 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bo
     junit = scratch / "junit.xml"
     lines = UntranslatedLines(rootdir, files) if translated else None
     code = pytest.main([
-        *files, "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
+        *(select or files), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
     ], plugins=[lines] if lines is not None else [])
     tests, details = junit_outcomes(junit, lines.found if lines is not None else None) if junit.exists() else ({}, {})

@@ -176,6 +176,14 @@ class PackageVerifier:
             self.cache.put(key, "tests", value)
         return value, failure, hit
 
+    async def one_test(self, test_file: Path, name: str) -> JobResult:
+        """Run one translated test (``name`` a pytest node id within ``test_file``, e.g.
+        ``test_forward`` or ``TestModel::test_forward``), uncached: ``tern mcp``'s run_test."""
+        jax_root = link_root(self.cache.state_dir, self.translated, self.package)
+        rel = f"{self.package}/{test_file.relative_to(self.translated).as_posix()}"
+        payload = {"root": str(jax_root), "files": [rel], "select": [f"{rel}::{name}"]}
+        return await self.runner.run(self._job("jax", "tern.verify.tasks:translated_tests", payload, jax_root))
+
     # -- the whole package ----------------------------------------------------------------
 
     async def verify(self) -> PackageReport:

@@ -19,11 +19,13 @@ __all__ = ["record_tests", "replay_module", "replay_steps", "translated_tests"]
 def translated_tests(payload: dict, scratch: Path) -> dict:
     """Task: run translated test files with pytest in the warm JAX worker; also say which
     of the package's modules had code run by them (``ran``): a module reached only through
-    others (an abstract base, a helper) is checked by the tests that run it."""
+    others (an abstract base, a helper) is checked by the tests that run it. ``select``:
+    node ids (``pkg/test_x.py::test_y``) to run instead of the files' every test."""
     root = Path(payload["root"])
     files = [str(root / f) for f in payload["files"]]
+    select = [str(root / t) for t in payload.get("select", [])]
     with _files_run(root) as ran:
-        result = run_pytest(files, root, scratch, translated=True)
+        result = run_pytest(files, root, scratch, translated=True, select=select)
     return {**result, "ran": sorted({_module_name(path, root) for path in ran} - {_module_name(Path(f), root) for f in files})}
 
 
