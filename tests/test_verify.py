@@ -398,6 +398,59 @@ def test_an_order_tf_leaves_unspecified_is_recorded_sorted(guarded):
     assert largest[0]["compared"][0]["max_abs"] == 0.0
 
 
+#: (fixture, module file, correct text, a bug the translated tests let through, a rewrite that changes nothing)
+PLANTED = [
+    # a helper function the tests call: its recorded calls replay, every returned array compared
+    ("control_flow", "ops.py", "return i + 1, 0.5 * (x + a / x)", "return i + 2, 0.5 * (x + a / x)",
+     "return i + 1, (x + a / x) / 2"),
+    # the tests call the model in inference only: it is replayed in training mode too
+    ("resnet_block", "model.py", "x = nn.BatchNorm(epsilon=0.001)(x, use_running_average=not training)",
+     "x = nn.BatchNorm(epsilon=0.001)(x, use_running_average=True)",
+     "x = nn.BatchNorm(epsilon=0.001)(x, use_running_average=training is False)"),
+    # dropout left on in inference: the float64 reference draws other masks, which is no rounding
+    ("conv1d_audio", "model.py", "x = self.dropout(x, deterministic=not training)",
+     "x = self.dropout(x, deterministic=training)", "x = self.dropout(x, deterministic=training is False)"),
+    # the reconstruction is sampled, the KL term beside it is not: the KL term is compared
+    ("vae_sampling", "model.py", "kl_loss = -0.5 * jnp.mean(", "kl_loss = -0.5 * jnp.sum(", "kl_loss = jnp.float32(-0.5) * jnp.mean("),
+]
+
+
+def _plant(project: Path, where: str, version: int) -> Path:
+    """A directory of the PLANTED fixtures' translations, each with text ``version`` (1: the
+    bug, 2: the harmless rewrite) in place of the correct one."""
+    root = project / where
+    for name, file, correct, *versions in PLANTED:
+        shutil.copytree(project / "out" / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        source = (root / name / file).read_text()
+        assert source.count(correct) == 1, (name, correct)
+        (root / name / file).write_text(source.replace(correct, versions[version - 1]))
+    return root
+
+
+def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_not(project, second):
+    """Bugs planted where the translated tests cannot see them (eval/bench_mutation.py found
+    them surviving): verification must catch each, in the replay; the same code rewritten
+    without changing behaviour stays equivalent, in both modes and for every output."""
+    report_path = project / "planted.json"
+    proc = tern(project, "verify", str(_plant(project, "planted", 1)), "--original", str(FIXTURES), "--json", str(report_path))
+    found = rows(json.loads(report_path.read_text()))
+    for name, file, *_ in PLANTED:
+        row = found[f"{name}.{file.removesuffix('.py')}"]
+        assert row["status"] == "mismatch" and row["tests_failed"] == 0, (name, row["problems"], proc.stdout)
+        assert any(p.startswith("mismatch: ") and " case " in p for p in row["problems"]), row["problems"]
+    assert any("newton_sqrt" in p for p in found["control_flow.ops"]["problems"])
+    cases = found["resnet_block.model"]["cases"]  # the tests' own calls (inference) agree, the training-mode one not
+    assert {c["status"] for c in cases} == {"match", "mismatch"}, cases
+    assert any("[1]" in p for p in found["vae_sampling.model"]["problems"])  # the KL term, output [1]
+    report_path = project / "harmless.json"
+    proc = tern(project, "verify", str(_plant(project, "harmless", 2)), "--original", str(FIXTURES), "--json", str(report_path))
+    found = rows(json.loads(report_path.read_text()))
+    for name, file, *_ in PLANTED:
+        row = found[f"{name}.{file.removesuffix('.py')}"]
+        assert row["status"] == "equivalent" and row["cases_matched"] == row["cases_total"] > 0, (name, row["problems"])
+    assert proc.returncode == 0, proc.stdout
+
+
 # -- the tool loop: tern mcp and the thin tern verify, on this module's warm project ---------
 #
 # An agent's calls go to ``tern mcp`` over stdio with the real ``mcp`` client; the project's

@@ -3,7 +3,7 @@ float32, again against the translation's float64 result within its measured roun
 
 import numpy as np
 
-from tern.verify.replay import ROUNDING_FACTOR, _against_float64, compare
+from tern.verify.replay import ROUNDING_CEILING, ROUNDING_FACTOR, _against_float64, compare
 
 
 def _terms() -> np.ndarray:
@@ -51,3 +51,17 @@ def test_rounding_widens_the_bound_by_its_factor_only():
     assert compare("y", want + np.array([0, off * 0.99], np.float32), want, None, rounding=1e-4)["ok"]
     assert not compare("y", want + np.array([0, off * 1.01], np.float32), want, None, rounding=1e-4)["ok"]
     assert not compare("y", want[:1], want, None, rounding=1.0)["ok"]  # shapes first, whatever the rounding
+
+
+def test_a_float64_run_that_computes_something_else_excuses_nothing():
+    """Dropout left on in inference draws differently in float32 and float64: their
+    difference is no rounding, and must not widen the bound (it once excused 0.06 on
+    softmax outputs); a value that failed stays failed, with the reason."""
+    rng = np.random.default_rng(1)
+    keras = rng.uniform(0, 1, (4, 5)).astype(np.float32)
+    jax32 = keras * (rng.uniform(size=keras.shape) > 0.2) / 0.8  # one dropout mask
+    jax64 = keras.astype(np.float64) * (rng.uniform(size=keras.shape) > 0.2) / 0.8  # another
+    narrow = compare("output", jax32, keras, None)
+    again = _against_float64(narrow, ("output", jax32, keras), jax64, None)
+    assert not narrow["ok"] and not again["ok"]
+    assert "beyond float32 rounding" in again["problem"] and again["rounding"] > ROUNDING_CEILING

@@ -131,7 +131,10 @@ class _Placer:
             nodes = _nodes(self.flat, collection, owner)
         kind = unit.get("module")
         same_kind = [n for n in nodes if kind and n and _numbered(n[-1])[0] == kind]  # ConvTranspose_0 for a Conv2DTranspose
-        for node in [*same_kind, *(n for n in nodes if n not in same_kind)]:
+        # a functional layer keeps its Keras name= in the translation: "z_mean" is z_mean's, even
+        # though the sorted names put "z_log_var", of the same shapes, first
+        same_name = [n for n in nodes if n and unit.get("name") and n[-1] == unit["name"]]
+        for node in [*same_name, *same_kind, *(n for n in nodes if n not in same_kind and n not in same_name)]:
             if self.fits(unit_flat, node, exact=True):
                 self.put(unit_flat, node)
                 return

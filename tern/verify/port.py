@@ -142,7 +142,7 @@ class _Walk:
                 record = record_for(layer)
                 tree = port_layer_weights(record, layer, value_of=self.value_of)
                 self.units.append({"scope": scope, "path": path or None, "layer": name, "tree": tree,
-                                   "module": flax_class(record)})
+                                   "module": flax_class(record), "name": getattr(layer, "name", None)})
                 self.reached.update(id(v) for v in layer.weights)
             return
         if _is_container(layer):

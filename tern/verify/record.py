@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import traceback
 from pathlib import Path
@@ -33,6 +34,7 @@ from tern.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
+from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
 from tern.weights import variable_path
 
@@ -68,6 +70,8 @@ class Recorder:
         self.per_target: dict[str, int] = {}
         self.seen: set[str] = set()
         self.depth = 0
+        self.other_mode: set[str] = set()  # targets also recorded in the mode their tests did not use
+        self.function_depth = 0  # inside a package function's call: its own calls are covered by it
         self.replaying = False
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -96,7 +100,8 @@ class Recorder:
                 if isinstance(value, type) and any(issubclass(value, b) for b in layer_bases):
                     if "<locals>" not in value.__qualname__:
                         classes.add(value)
-                elif callable(value) and not isinstance(value, type) and hasattr(value, "__code__"):
+                elif callable(value) and not isinstance(value, type) and (hasattr(value, "__code__")
+                                                                          or hasattr(value, "python_function")):
                     self._patch(module, attr, self._factory_wrapper(module.__name__, attr, value))
         for base in layer_bases:
             for cls in base.__mro__:
@@ -125,8 +130,21 @@ class Recorder:
         return __new__
 
     def _factory_wrapper(self, module: str, name: str, fn: Any):
+        recorder = self
+
         def factory(*args, **kwargs):
-            result = fn(*args, **kwargs)
+            outermost = not (recorder.depth or recorder.function_depth or recorder.replaying)
+            recorder.function_depth += 1
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                recorder.function_depth -= 1
+            if outermost and not (hasattr(result, "weights") and hasattr(result, "call")):
+                try:
+                    record_function_call(recorder, module, name, fn, args, kwargs, result)
+                except Exception:  # noqa: BLE001 - a recorder failure must never fail the user's test
+                    recorder.skip({"module": module, "name": name},
+                                  "recorder error: " + traceback.format_exc(limit=2).splitlines()[-1])
             if hasattr(result, "weights") and hasattr(result, "call") and "_tern_origin" not in result.__dict__:
                 origin = {"kind": "factory", "module": module, "name": name}
                 try:
@@ -168,14 +186,16 @@ class Recorder:
         bucket = self.skipped.setdefault(target, {})
         bucket[reason] = bucket.get(reason, 0) + 1
 
-    def record(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict) -> None:
+    def record(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict, other_mode_of: Any = None) -> None:
+        """``other_mode_of``: the outputs of the test's own call, when this is its rerun in the
+        other ``training`` mode (``_record_other_mode``)."""
         tf = _tf()
         target = _target(origin)
         if not tf.executing_eagerly():
             return self.skip(origin, "called inside a traced tf.function")
         if "unpackable" in origin:
             return self.skip(origin, origin["unpackable"])
-        if self.per_target.get(target, 0) >= self.max_per_target:
+        if self.per_target.get(target, 0) >= self.max_per_target and other_mode_of is None:
             return None
         try:
             inputs = pack([list(args), dict(kwargs)], arrays := [], _to_numpy)
@@ -188,7 +208,9 @@ class Recorder:
         self.seen.add(signature)
         case = self._rerun(call, layer, args, kwargs)
         if isinstance(case, str):
-            return self.skip(origin, case)
+            return None if other_mode_of is not None else self.skip(origin, case)
+        if other_mode_of is not None and _same_outputs(case["outputs"], other_mode_of):
+            return None  # the mode changes nothing here: the test's own case says it all
         units_meta, unit_arrays = _pack_units(layer, None)
         grads = case.pop("grads_by_id")
         gunits_meta, gunit_arrays = _pack_units(layer, lambda v: grads.get(id(v), np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype)))
@@ -208,15 +230,39 @@ class Recorder:
         ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
         meta = {"id": ident, "target": target, "origin": origin, "inputs": inputs, "outputs": outputs,
                 "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
-                "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__}
+                "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__,
+                **({"stochastic": case["stochastic"]} if case["stochastic"] else {})}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.cases.append({"id": ident, "target": target})
+        if other_mode_of is None:
+            self._record_other_mode(call, layer, origin, args, kwargs, case["outputs"])
         return None
+
+    def _record_other_mode(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict, outputs: Any) -> None:
+        """A layer whose call takes ``training`` is also recorded in the mode the test did not
+        use (once per target), when its outputs differ there and are reproducible: a
+        translation with the modes swapped (``deterministic`` inverted, batch statistics in
+        inference) is caught even when the tests call one mode only. Random layers in
+        training mode are not reproducible and are left out silently."""
+        target = _target(origin)
+        if target in self.other_mode or (len(args) > 1 and "training" not in kwargs):
+            return
+        try:
+            takes_training = "training" in inspect.signature(layer.call).parameters
+        except (TypeError, ValueError):
+            takes_training = False
+        if not takes_training:
+            return
+        self.other_mode.add(target)
+        self.record(call, layer, origin, args, {**kwargs, "training": not bool(kwargs.get("training"))}, other_mode_of=outputs)
 
     def _rerun(self, call: Any, layer: Any, args: tuple, kwargs: dict) -> dict | str:
         """Outputs, cotangents and gradients from two fresh runs; a reason string when
-        the call is not reproducible."""
+        the call is not reproducible. When some outputs agree between the runs and others
+        do not (a VAE's KL term beside its sampled reconstruction), a third run takes the
+        gradients of the reproducible ones alone, and the others are listed as
+        ``stochastic`` (positions among the output leaves): not compared, no cotangent."""
         tf = _tf()
         variables = list(layer.variables)
         saved = [np.array(v.numpy()) for v in variables]
@@ -224,10 +270,11 @@ class Recorder:
         arrays = {i: _as_np(x) for i, x in enumerate(flat_in) if isinstance(x, np.ndarray) or _to_numpy(x) is not None}
         float_positions = [i for i, array in arrays.items() if array.dtype.kind == "f"]
         self.replaying = True
+        keep: list[bool] | None = None  # per output leaf: reproducible (None: all are)
         try:
             watched = {i: tf.constant(arrays[i]) for i in float_positions}
             runs = []
-            for attempt in range(2):
+            for attempt in range(3):
                 leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
                 call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
                 with tf.GradientTape(persistent=False) as tape:
@@ -236,20 +283,29 @@ class Recorder:
                     out = call(layer, *call_args, **call_kwargs)
                     out_leaves = tf.nest.flatten(out)
                     cot = _cotangents(out_leaves)
+                    if keep is not None:
+                        cot = [c if kept else None for c, kept in zip(cot, keep)]
                     loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(out_leaves, cot)
                                      if c is not None] or [tf.constant(0.0)])
                 trainable = list(layer.trainable_variables)
                 sources = [watched[i] for i in float_positions] + trainable
-                grads = tape.gradient(loss, sources) if attempt == 0 else None
+                grads = tape.gradient(loss, sources) if attempt != 1 else None
                 runs.append((tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable))
                 for v, value in zip(variables, saved):
-                    if attempt == 1 or "seed_generator" not in variable_path(v):  # let RNG state advance
+                    if attempt >= 1 or "seed_generator" not in variable_path(v):  # let RNG state advance
                         v.assign(value)
+                if attempt == 1:
+                    first, second = tf.nest.flatten(runs[0][0]), tf.nest.flatten(runs[1][0])
+                    same = [np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)]
+                    if len(first) != len(second) or not any(same):
+                        return "stochastic: two runs on the same inputs and weights differ"
+                    if all(same):
+                        break
+                    keep = same
         finally:
             self.replaying = False
-        (out0, cot, grads, trainable), (out1, *_rest) = runs
-        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(tf.nest.flatten(out0), tf.nest.flatten(out1))):
-            return "stochastic: two runs on the same inputs and weights differ"
+        out0 = runs[0][0]
+        _, cot, grads, trainable = runs[2] if keep is not None else runs[0]
         n_in = len(float_positions)
         # embedding gradients come as IndexedSlices: densify before converting
         dense = [None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads]
@@ -259,10 +315,17 @@ class Recorder:
         present = [i for i, x in enumerate(flat_in) if x is not None]
         return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
                 "input_grads": input_grads, "float_inputs": [present.index(i) for i in float_positions],
-                "grads_by_id": grads_by_id}
+                "grads_by_id": grads_by_id, "stochastic": [i for i, kept in enumerate(keep or []) if not kept]}
 
 
 _MISSING = object()
+
+
+def _same_outputs(a: Any, b: Any) -> bool:
+    tf = _tf()
+    left, right = tf.nest.flatten(a), tf.nest.flatten(b)
+    return len(left) == len(right) and all(np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)
+                                           for x, y in zip(left, right))
 
 
 def _never(value: Any) -> None:

@@ -45,7 +45,7 @@ def _files_run(root: Path):
             if (code.co_flags & inspect.CO_NEWLOCALS and not code.co_name.startswith("<")
                     and code.co_filename.startswith(prefix) and code.co_filename.endswith(".py")):
                 files.add(Path(code.co_filename))
-        return None
+        return previous(frame, event, arg) if previous is not None else None  # a tracer already set keeps tracing
 
     previous = sys.gettrace()
     sys.settrace(on_call)

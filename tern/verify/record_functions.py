@@ -1,0 +1,96 @@
+"""Record the original tests' calls of the package's plain functions (array in, array out).
+
+A helper such as ``normalize(x)`` or a ``tf.while_loop`` routine is otherwise only as
+checked as the translated tests' assertions; recorded here, its calls replay on the
+translation like layer calls (``replay_functions.py``), outputs compared value by value.
+
+Recorded: a top-level call (not inside a layer call or another package function), made
+eagerly, whose arguments are arrays, tensors, Python scalars, strings, ``None`` and
+containers of them (no ``tf.Variable``: a function may assign to it), and whose result is
+arrays alone (tensors, NumPy arrays, nested in tuples, lists or dicts). The recorder calls
+it a second time on the same arguments; results that differ (random draws) are not
+recorded. A function that builds a layer or model is a factory (``record.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import Unpackable, pack, write_case
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def _argument_array(value: Any) -> np.ndarray | None:
+    tf = _tf()
+    if isinstance(value, tf.Variable):
+        raise Unpackable("a tf.Variable argument (the function may assign to it)")
+    if isinstance(value, tf.Tensor):
+        return None if value.dtype == tf.string else np.asarray(value.numpy())
+    return None
+
+
+def _result_leaves(result: Any) -> list[np.ndarray] | None:
+    """Every leaf of ``result`` as an array, or None when one is not an array."""
+    tf = _tf()
+    leaves = []
+    for leaf in tf.nest.flatten(result):
+        if isinstance(leaf, tf.Tensor) and leaf.dtype != tf.string and not isinstance(leaf, tf.SparseTensor):
+            leaves.append(np.asarray(leaf.numpy()))
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind in "biuf":
+            leaves.append(leaf)
+        else:
+            return None
+    return leaves or None
+
+
+def _as_arrays(result: Any) -> Any:
+    tf = _tf()
+    return tf.nest.map_structure(lambda leaf: np.asarray(leaf.numpy()) if isinstance(leaf, tf.Tensor) else leaf, result)
+
+
+def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    """Called after ``fn(*args, **kwargs)`` returned ``result`` in a test."""
+    tf = _tf()
+    target = f"{module}:{name}"
+    if not tf.executing_eagerly() or recorder.per_target.get(target, 0) >= recorder.max_per_target:
+        return
+    first = _result_leaves(result)
+    if first is None:
+        return  # not array out: not a case (a dataset, a model, a Python number)
+    try:
+        inputs = pack([list(args), dict(kwargs)], arrays := [], _argument_array)
+    except Unpackable:
+        return  # not array in
+    signature = json.dumps(["function", target, inputs, [(a.shape, str(a.dtype), hashlib.sha256(a.tobytes()).hexdigest()) for a in arrays]],
+                           sort_keys=True, default=str)
+    if signature in recorder.seen:
+        return
+    recorder.seen.add(signature)
+    origin = {"kind": "function", "module": module, "name": name}
+    recorder.replaying = True
+    try:
+        again = _result_leaves(fn(*args, **kwargs))
+    except Exception:  # noqa: BLE001 - the test's own call succeeded; a second one is ours
+        again = None
+    finally:
+        recorder.replaying = False
+    if again is None or len(again) != len(first) or not all(
+            a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again)):
+        recorder.skip(origin, "stochastic: two calls on the same arguments differ")
+        return
+    outputs = pack(_as_arrays(result), arrays)
+    ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
+    meta = {"id": ident, "kind": "function", "target": target, "origin": origin, "inputs": inputs,
+            "outputs": outputs, "layer": name}
+    write_case(recorder.out, ident, meta, arrays)
+    recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
+    recorder.cases.append({"id": ident, "target": target})
