@@ -110,3 +110,26 @@ class CompareAsLists(cst.CSTTransformer):
         if _self_attr(node) in self.attrs:
             return cst.Call(func=cst.Name("list"), args=[cst.Arg(node)])
         return node
+
+
+class FrozenDictChecks(cst.CSTTransformer):
+    """``isinstance(x, dict)`` -> ``isinstance(x, (dict, FrozenDict))`` in a module's methods.
+
+    Flax freezes a dict a module holds (a field given a dict, or one ``setup`` assigns) into a
+    FrozenDict, which is no ``dict``: the check that accepted the user's dict in Keras would
+    refuse it. FrozenDict is what such a dict becomes, so the check accepts exactly what it
+    accepted before. (A list becomes a tuple; ``isinstance(x, list)`` is left alone, since
+    accepting tuples would accept what Keras refused.)"""
+
+    def __init__(self, frozen_dict):
+        self.frozen_dict = frozen_dict  # () -> the spelled name, its import scheduled only when used
+
+    def leave_Call(self, original, updated):
+        if not m.matches(updated, m.Call(func=m.Name("isinstance"), args=[m.Arg(keyword=None), m.Arg(keyword=None)])):
+            return updated
+        kinds = updated.args[1].value
+        names = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        if not any(m.matches(n, m.Name("dict")) for n in names) or any(m.matches(n, m.Name("FrozenDict")) for n in names):
+            return updated
+        elements = [cst.Element(n) for n in names] + [cst.Element(self.frozen_dict())]
+        return updated.with_deep_changes(updated.args[1], value=cst.Tuple(elements))

@@ -27,7 +27,7 @@ from tern.context import LayerRef
 from tern.convert import CONVERTERS, Refusal
 from tern.render import code
 from tern.rule import Rule
-from tern_rules.structure._setup_containers import CompareAsLists, fill_as_locals, setup_lists
+from tern_rules.structure._setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 
 #: Keras 2's BaseRandomLayer (tf_keras, tf.keras before 2.16) is a Layer with a seeded generator,
 #: ``self._random_generator``: its draws take Flax's "dropout" stream (structure/random_generator.py)
@@ -475,9 +475,10 @@ class KerasClassRule(Rule):
             name = stmt.name.value
             if name == "__init__":
                 stmt, trackers = _tracker_properties(ctx, stmt, info, param_names)
-                stmt, checks = _constructor_checks(stmt, param_names, ctx.package_helpers)
+                stmt, checks, derived = _constructor_checks(stmt, param_names, ctx.package_helpers, methods, stmts)
                 if checks is not None:
                     out_methods.append(checks)
+                    out_methods.extend(derived)
                 setup = self._setup(ctx, stmt, info, param_names)
                 if setup is not None:
                     out_methods.append(setup.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if checks else setup)
@@ -505,6 +506,9 @@ class KerasClassRule(Rule):
                          "build it in a local and assign it once")
         if lists:
             out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
+        if any(m.findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
+            checks = FrozenDictChecks(lambda: ctx.target_name("flax.core.FrozenDict"))
+            out_methods = [s.visit(checks) if isinstance(s, cst.FunctionDef) else s for s in out_methods]
         resolved = _resolved_once(setup)
         if resolved:
             out_methods = [s if s is setup else s.visit(_LookupOnce(resolved)) for s in out_methods]
@@ -527,6 +531,10 @@ class KerasClassRule(Rule):
         ]
         if not kept:
             return None
+        leading = list(kept[0].leading_lines)
+        while leading and leading[0].comment is None:
+            leading.pop(0)  # the blank line after what moved out (super().__init__, a check): none at the top of setup
+        kept[0] = kept[0].with_changes(leading_lines=leading)
         lists = _list_params(init, params) & _names_in(kept)
         rebound = _rebound(init.body, params) - lists
         block = cst.IndentedBlock(kept)
@@ -605,9 +613,11 @@ class KerasClassRule(Rule):
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
 
 
-def _constructor_checks(init: cst.FunctionDef, params: set[str],
-                        helpers: frozenset[str] = frozenset()) -> tuple[cst.FunctionDef, cst.FunctionDef | None]:
-    """``init`` without its argument checks, and a ``__post_init__`` that makes them.
+def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozenset[str] = frozenset(),
+                        methods: dict[str, cst.FunctionDef] | None = None,
+                        body: list | None = None) -> tuple[cst.FunctionDef, cst.FunctionDef | None, list[cst.FunctionDef]]:
+    """``init`` without its argument checks, a ``__post_init__`` that makes them, and the
+    properties those checks read.
 
     ``if filters < 1: raise ValueError(...)`` in a Keras constructor raises when the layer is
     made; Flax runs ``setup`` lazily, at the first ``init``/``apply``, so a check left there
@@ -617,31 +627,143 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str],
     A value computed by a package helper from the parameters alone (``h, w =
     conv_utils.normalize_tuple(block_size, 2, "block_size")``) may raise too: the helper
     is called in ``__post_init__`` as well, for its checks, and ``setup`` still computes
-    the value."""
+    the value.
+
+    A method of the class that does nothing but such checks (keras-cv's
+    ``self._validate_user_layers(lateral_layers, "lateral_layers")``, in the branch where the
+    argument was given) is called in ``__post_init__`` too, under the same condition on
+    the parameters, and no longer in ``setup``. What it reads of ``self`` must be fields or
+    values the constructor computed once from parameters alone (``self.pyramid_levels =
+    list(range(min_level, max_level + 1))``): those become properties, since nothing can be
+    assigned to a Flax module before it is made."""
     rebound = _rebound(init.body, params)
     lists = _list_params(init, params)
+    checkers = _check_methods(methods or {}, body or [])
     checks, kept, changed = [], [], set()
+    derived: dict[str, cst.BaseExpression] = {}
+    used: set[str] = set()
     for stmt in init.body.body:
-        if _is_argument_check(stmt, params - rebound - changed):
+        plain = params - rebound - changed
+        if _is_argument_check(stmt, plain):
             checks.append(stmt.visit(_ParamsToFields(params - lists)))
             continue
-        call = _checking_call(stmt, params - rebound - changed, helpers)
+        call = _checking_call(stmt, plain, helpers)
         if call is not None:
             checks.append(cst.SimpleStatementLine(
                 [cst.Expr(call.visit(_ParamsToFields(params - lists)))],
                 leading_lines=[cst.EmptyLine(comment=cst.Comment(
                     "# as Keras did when the layer was made, for its argument checks (setup keeps the value)"))]))
+        attr, value = _derived_value(stmt, plain - lists, body or [])
+        if attr is not None and attr not in params:
+            derived[attr] = value
+        found = _method_checks(stmt, checkers, plain - lists, set(derived) | params)
+        if found is not None:
+            check, stmt, reads = found
+            checks.append(check.visit(_ParamsToFields(params - lists)))
+            used |= reads & set(derived)
+            if stmt is None:
+                continue
         kept.append(stmt)
         changed |= _mutated(stmt, params)
     if not checks:
-        return init, None
+        return init, None, []
+    properties = []
+    for attr in sorted(used):
+        properties.append(cst.FunctionDef(
+            name=cst.Name(attr), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
+            decorators=[cst.Decorator(cst.Name("property"))], leading_lines=[cst.EmptyLine(indent=False)],
+            body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(derived[attr].visit(_ParamsToFields(params)))])])))
+        kept = [s for s in kept if _derived_value(s, params, body or [])[0] != attr]
     copies = _list_copies(lists & set().union(*(_names_in([c]) for c in checks)))
-    body = [*copies, *checks, cst.parse_statement("super().__post_init__()\n")]
+    post_body = [*copies, *checks, cst.parse_statement("super().__post_init__()\n")]
     post_init = cst.FunctionDef(
         name=cst.Name("__post_init__"), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
-        body=cst.IndentedBlock(body), leading_lines=init.leading_lines,
+        body=cst.IndentedBlock(post_body), leading_lines=init.leading_lines,
     )
-    return init.with_changes(body=init.body.with_changes(body=kept)), post_init
+    return init.with_changes(body=init.body.with_changes(body=kept)), post_init, properties
+
+
+def _check_methods(methods: dict[str, cst.FunctionDef], body: list) -> dict[str, set[str]]:
+    """Methods that do nothing but argument checks (``if ...: raise``), with the attributes
+    of ``self`` each reads."""
+    out = {}
+    for name, fn in methods.items():
+        if name.startswith("__") or fn.decorators or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT \
+                or fn.params.kwonly_params or fn.params.star_kwarg is not None:
+            continue
+        stmts = _strip_doc(list(fn.body.body))
+        names = {p.name.value for p in fn.params.params}
+        if stmts and all(_raises_only_on(st, names) for st in stmts):
+            out[name] = _self_attrs_used(fn.body)
+    return out
+
+
+def _raises_only_on(stmt: cst.CSTNode, names: set[str]) -> bool:
+    """``if <reads the method's arguments, builtins and self's attributes>: raise ...``."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return False
+    if not all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(b, cst.Raise) for b in s.body)
+               for s in stmt.body.body):
+        return False
+    return {n.value for n in _names_read(stmt)} <= names | _BUILTINS
+
+
+def _derived_value(stmt: cst.CSTNode, params: set[str], body: list) -> tuple[str | None, cst.BaseExpression | None]:
+    """``self.attr = <parameters, literals and builtins>``, assigned nowhere else in the class
+    and never changed in place: (attr, value); else (None, None)."""
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])):
+        return None, None
+    attr = _self_attr(stmt.body[0].targets[0].target)
+    value = stmt.body[0].value
+    names = {n.value for n in _names_read(value)}
+    if attr is None or not names <= params | _BUILTINS or SELF in names:
+        return None, None
+    stores = sum(len(m.findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(m.findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(m.findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
+                 len(m.findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
+                 for s in body)
+    return (attr, value) if stores == 1 else (None, None)
+
+
+def _method_checks(stmt: cst.CSTNode, checkers: dict[str, set[str]], params: set[str],
+                   readable: set[str]) -> tuple[cst.BaseStatement, cst.CSTNode | None, set[str]] | None:
+    """A call of a check-only method in ``stmt`` (at its top level, or in a branch of an
+    ``if`` on the parameters): (the check for ``__post_init__``, ``stmt`` without the call or
+    None, what the method reads of self); None when there is none or it reads other state."""
+    def call_of(line: cst.CSTNode) -> str | None:
+        if not m.matches(line, m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(value=m.Name(SELF))))])):
+            return None
+        call = line.body[0].value
+        name = call.func.attr.value
+        names = {n.value for arg in call.args for n in _names_read(arg)}
+        ok = name in checkers and checkers[name] <= readable and names <= params | _BUILTINS and SELF not in names
+        return name if ok else None
+
+    if call_of(stmt):
+        return stmt, None, checkers[call_of(stmt)]
+    if not isinstance(stmt, cst.If) or not ({n.value for n in _names_read(stmt.test)} <= params | _BUILTINS):
+        return None
+    branches = [(stmt.test, stmt.body, "body")]
+    if isinstance(stmt.orelse, cst.Else):
+        negated = stmt.test.expression if m.matches(stmt.test, m.UnaryOperation(operator=m.Not())) else \
+            cst.UnaryOperation(operator=cst.Not(), expression=stmt.test.with_changes(
+                lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+        branches.append((negated, stmt.orelse.body, "orelse"))
+    for test, block, where in branches:
+        lines = [line for line in block.body if call_of(line)]
+        if len(lines) != 1:
+            continue
+        line = lines[0]
+        rest = [s for s in block.body if s is not line]
+        check = cst.If(test=test, body=cst.IndentedBlock([line.with_changes(leading_lines=[])]))
+        if not rest:
+            return check, stmt, checkers[call_of(line)]
+        new_block = block.with_changes(body=rest)
+        kept = stmt.with_changes(body=new_block) if where == "body" else \
+            stmt.with_changes(orelse=stmt.orelse.with_changes(body=new_block))
+        return check, kept, checkers[call_of(line)]
+    return None
 
 
 def _is_argument_check(stmt: cst.CSTNode, params: set[str]) -> bool:
