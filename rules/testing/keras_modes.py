@@ -6,9 +6,14 @@ run a test once per TF execution mode (TF1 graph and session, eager, eager insid
 tf.function). JAX has one mode, eager with jit where the code asks for it, so the
 decorator is dropped when the eager run is among the modes and the decorator adds no test
 parameter: the test then runs once, as the eager run did. Kept with a TODO: a decorator
-that skips the eager run (``always_skip_eager=True``, ``mode=["graph"]``), and a
-``combine(...)`` with other parameters (they become test arguments; absl's
-``parameterized.product`` is the counterpart, not written here).
+that skips the eager run (``always_skip_eager=True``, ``mode=["graph"]``).
+
+``combine(mode=[...], serialize=[False, True])``: the other parameters become test
+arguments, one test per combination, which is what absl's ``parameterized.product`` does
+(TF's ``generate`` already required a ``parameterized.TestCase``), so the decorator becomes
+``@parameterized.product(serialize=[False, True])`` without the mode. TF's ``combine``
+takes a value that is not a list as the one value of its parameter; so does the product's
+``[value]``. A parameter given by a name (a list or not: unknown here) keeps a TODO.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ def _canonical(ctx, node: cst.BaseExpression) -> str | None:
     return name if name in KNOWN else None
 
 
-def _verdict(ctx, dec: cst.Decorator) -> tuple[str, str | None] | None:
-    """(construct, None) to drop the decorator, (construct, reason) to keep it with a TODO, None: not ours."""
+def _verdict(ctx, dec: cst.Decorator) -> tuple | None:
+    """(construct, None) to drop the decorator, (construct, None, replacement) to replace it,
+    (construct, reason) to keep it with a TODO, None: not ours."""
     expr = dec.decorator
     call = expr if isinstance(expr, cst.Call) else None
     name = _canonical(ctx, call.func if call else expr)
@@ -55,18 +61,39 @@ def _verdict(ctx, dec: cst.Decorator) -> tuple[str, str | None] | None:
         if not (isinstance(combine, cst.Call) and (_canonical(ctx, combine.func) or "").endswith(".combine")):
             return short, "only generate(combine(mode=[...])) is translated"
         keys = [a.keyword.value if a.keyword else None for a in combine.args]
-        if keys != ["mode"]:
-            return short, ("combination parameters other than mode become test arguments: write them with "
-                           "absl's parameterized.product")
-        modes = combine.args[0].value
-        values = [e.value.evaluated_value for e in modes.elements if isinstance(e.value, cst.SimpleString)] \
-            if isinstance(modes, (cst.List, cst.Tuple)) else None
-        if values is None or len(values) != len(modes.elements):
+        if None in keys:
+            return short, "a combination parameter is not given by keyword"
+        mode = next((a.value for a in combine.args if a.keyword.value == "mode"), None)
+        values = [e.value.evaluated_value for e in mode.elements if isinstance(e.value, cst.SimpleString)] \
+            if isinstance(mode, (cst.List, cst.Tuple)) else None
+        if mode is not None and (values is None or len(values) != len(mode.elements)):
             return short, "the modes are not a literal list of strings"
-        if "eager" not in values:
+        if mode is not None and "eager" not in values:
             return short, f"modes {values} do not include the eager run: graph-mode tests have no JAX counterpart"
-        return short, None
+        others = [a for a in combine.args if a.keyword.value != "mode"]
+        if not others:
+            return short, None
+        grid = []
+        for arg in others:
+            if isinstance(arg.value, cst.List):
+                grid.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            elif _is_literal(arg.value):
+                grid.append(arg.with_changes(value=cst.List([cst.Element(arg.value)]), comma=cst.MaybeSentinel.DEFAULT))
+            else:
+                return short, (f"combination parameter `{arg.keyword.value}` is given by a name: TF takes a list as its "
+                               "values and anything else as one value; write it with absl's parameterized.product")
+        grid = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in grid[:-1]] + grid[-1:]
+        product = cst.Call(func=ctx.target_name("absl.testing.parameterized.product"), args=grid)
+        return short, None, dec.with_changes(decorator=product)
     return None
+
+
+def _is_literal(node: cst.BaseExpression) -> bool:
+    try:
+        __import__("ast").literal_eval(cst.Module([]).code_for_node(node))
+    except (ValueError, SyntaxError, TypeError):
+        return False
+    return True
 
 
 def _without_mode_decorators(ctx, node):
@@ -76,9 +103,10 @@ def _without_mode_decorators(ctx, node):
         if verdict is None:
             decorators.append(dec)
             continue
-        construct, reason = verdict
+        construct, reason, *replacement = verdict
         if reason is None:
             changed = True
+            decorators.extend(replacement)
             continue
         ctx.todo(construct, reason)
         decorators.append(dec)
