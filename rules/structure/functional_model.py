@@ -97,6 +97,10 @@ class FunctionalModelRule(Rule):
     def leave_call(self, ctx, original, updated):
         """An ``Input`` in a function that builds no model (a test feeding symbolic tensors to a
         layer) stays Keras: it says so, as nothing else will translate it."""
+        if (ctx.frame is not None and "stray_inputs" in ctx.frame.tags and ctx.is_test
+                and ctx.rule_state.get("symbolic_why", {}).get(id(ctx.frame)) is None
+                and _batch_free_comparison(updated) is not None):
+            return _known_dimensions(updated)
         if ctx.frame is not None and "stray_inputs" in ctx.frame.tags and ctx.resolve(original.func) in INPUTS:
             construct = short_name(ctx.resolve(original.func))
             why = ctx.rule_state.get("symbolic_why", {}).get(id(ctx.frame))
@@ -211,7 +215,11 @@ def _why_symbolic(fn: cst.FunctionDef) -> str | None:
     ``.shape`` it reads is indexed by a literal int >= 1 (a known dimension, equal on both sides) and it takes no
     ``len``. Then an array with a concrete batch in place of each Input leaves every assertion meaning the same."""
     parents = m.findall(fn, m.Subscript(value=m.Attribute(attr=m.Name("shape"))))
+    compared = {id(call.args[at].value) for call in m.findall(fn, m.Call())
+                if (at := _batch_free_comparison(call)) is not None}
     for node in m.findall(fn, m.Attribute(attr=m.Name("shape"))):
+        if id(node) in compared:
+            continue  # compared with [None, ...]: the known dimensions are compared instead (leave_call)
         indexed = [p for p in parents if p.value is node]
         if len(indexed) != 1:
             return ("it reads a whole shape (`.shape`), where Keras has None for the batch and an array a number "
@@ -223,6 +231,40 @@ def _why_symbolic(fn: cst.FunctionDef) -> str | None:
     if m.findall(fn, m.Call(func=m.Name("len"))):
         return "it takes `len(...)`, which may count the batch Keras leaves unknown"
     return None
+
+
+_EQUALITY_ASSERTS = m.Name("assertEqual") | m.Name("assertEquals") | m.Name("assertAllEqual") | \
+    m.Name("assertListEqual") | m.Name("assertTupleEqual") | m.Name("assertSequenceEqual")
+
+
+def _batch_free_comparison(call: cst.CSTNode) -> int | None:
+    """Which argument of ``self.assertEqual(x.shape, [None, 16, 256])`` (either order) is the
+    shape read, or None: the test states the batch is unknown, and says nothing else about it."""
+    if not m.matches(call, m.Call(func=m.Attribute(value=m.Name("self"), attr=_EQUALITY_ASSERTS))) or len(call.args) < 2:
+        return None
+    first, second = call.args[0].value, call.args[1].value
+    for at, (shape, literal) in enumerate(((first, second), (second, first))):
+        if (m.matches(shape, m.Attribute(attr=m.Name("shape"))) and isinstance(literal, (cst.List, cst.Tuple))
+                and literal.elements and m.matches(literal.elements[0].value, m.Name("None"))):
+            return at
+    return None
+
+
+def _known_dimensions(call: cst.Call) -> cst.Call:
+    """``self.assertEqual(x.shape, [None, 16])`` -> ``self.assertEqual(x.shape[1:], (16,))``: the
+    array in place of the Input has a concrete batch, the rest of the shape is Keras's."""
+    at = _batch_free_comparison(call)
+    shape, literal = call.args[at].value, call.args[1 - at].value
+    rest = list(literal.elements[1:])  # a tuple, as a JAX shape is (TF's TensorShape also equalled a list)
+    if len(rest) == 1:
+        rest = [rest[0].with_changes(comma=cst.Comma())]
+    elif rest:
+        rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    known = cst.Subscript(value=shape, slice=[cst.SubscriptElement(cst.Slice(lower=cst.Integer("1"), upper=None))])
+    args = list(call.args)
+    args[at] = args[at].with_changes(value=known)
+    args[1 - at] = args[1 - at].with_changes(value=cst.Tuple(rest))
+    return call.with_changes(args=args)
 
 
 def _concrete_input(ctx, call: cst.Call) -> cst.BaseExpression | str:
