@@ -6,6 +6,10 @@ many arrays), then values as for layers (``replay.compare``). No gradients: a pl
 function has no weights, and a wrong derivative shows in the values of the layers and
 training steps that use it.
 
+A function that draws (``tf.random``) is recorded only where TF's two runs agreed; its
+translation takes a ``key`` (rules/structure/drawing_functions.py), and is called with two
+keys that must agree before its result is compared.
+
 TF computed in the recorded arguments' precision; with x64 off, JAX computes float64
 arguments in float32. A value that fails in float32 is judged again from a call under
 ``jax.enable_x64`` (same arguments, float64 kept): a wrong translation fails both.
@@ -29,12 +33,28 @@ def _function(origin: dict) -> Any:
     return target
 
 
-def _call(meta: dict, arrays: Any) -> list:
+def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
     import jax
     import jax.numpy as jnp
 
     args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
+    if key is not None:
+        kwargs = {**kwargs, "key": jax.random.key(key)}
     return jax.tree_util.tree_leaves(_function(meta["origin"])(*args, **kwargs))
+
+
+def _needs_key(meta: dict, arrays: Any) -> bool:
+    """The translation draws through a ``key`` the TF call had no counterpart of
+    (rules/structure/drawing_functions.py: keyword-only, no default)."""
+    import inspect
+
+    try:
+        parameter = inspect.signature(_function(meta["origin"])).parameters.get("key")
+    except (TypeError, ValueError):
+        return False
+    _, kwargs = unpack(meta["inputs"], arrays)
+    return (parameter is not None and parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty
+            and "key" not in kwargs)
 
 
 def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
@@ -44,7 +64,18 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
 
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:
-        got = _call(meta, arrays)
+        key = None
+        if _needs_key(meta, arrays):
+            # TF drew from its global state and two runs agreed, so the draws did not decide the
+            # result: the translation must give it under any key; two keys that disagree say otherwise
+            key = 0
+            first, second = _call(meta, arrays, 0), _call(meta, arrays, 1)
+            if len(first) != len(second) or not all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+                                                     for a, b in zip(first, second)):
+                return {**result, "status": "mismatch", "outputs": [], "gradients": [],
+                        "message": "two keys give the translation different results where two TF runs agreed"}
+            result["note"] = "a drawing function: TF's two runs agreed, the translation called with key(0) and key(1) alike"
+        got = _call(meta, arrays, key)
         want = array_paths(meta["outputs"])
         if len(got) != len(want):
             return {**result, "status": "mismatch", "outputs": [], "gradients": [],
@@ -53,7 +84,7 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
         wide_inputs = any(arrays[f"a{i}"].dtype == np.float64 for i in range(len(arrays.files)))
         if wide_inputs and not all(c["ok"] for c in checks) and all("max_abs" in c for c in checks):
             with jax.enable_x64(True):
-                wide = _call(meta, arrays)
+                wide = _call(meta, arrays, key)
                 checks = [check if check["ok"] else {**compare(path, np.asarray(value), arrays[f"a{index}"], tolerance),
                                                      "note": "float64 arguments: compared from a call with x64 on"}
                           for check, (path, index), value in zip(checks, want, wide)]

@@ -1,0 +1,67 @@
+"""Replayed package functions that draw from TF's global random state (``tf.random.*``).
+
+The translation of such a function takes a ``key`` (rules/structure/drawing_functions.py);
+the recorder keeps a call only where TF's two runs agreed, so the draws did not decide its
+result. The replay then calls the translation with two keys, which must agree, and compares
+the result; a translation whose result follows its key where TF's did not is a mismatch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+OPS = '''import tensorflow as tf
+
+
+def jitter(x, scale):
+    """x plus uniform noise of the given scale."""
+    return x + scale * tf.random.uniform(tf.shape(x))
+'''
+
+OPS_TEST = '''import numpy as np
+import tensorflow as tf
+
+from draws.ops import jitter
+
+
+class JitterTest(tf.test.TestCase):
+    def test_no_noise_at_scale_zero(self):
+        x = np.arange(6, dtype="float32").reshape(2, 3)
+        self.assertAllClose(jitter(x, 0.0), x)
+'''
+
+
+def _tern(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tern", *args], cwd=root, capture_output=True, text=True, timeout=1200)
+
+
+def _row(root: Path) -> dict:
+    report = json.loads((root / "r.json").read_text())
+    return next(r for p in report["packages"] for r in p["rows"] if r["module"] == "draws.ops")
+
+
+def test_a_drawing_function_replays_under_two_keys_and_a_key_dependent_translation_is_caught(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "draws").mkdir()
+    (tmp_path / "draws" / "__init__.py").write_text("")
+    (tmp_path / "draws" / "ops.py").write_text(OPS)
+    (tmp_path / "draws" / "ops_test.py").write_text(OPS_TEST)
+    assert _tern(tmp_path, "migrate", "draws", "--out", "out/draws", "-q").returncode == 0
+    translated = tmp_path / "out" / "draws" / "ops.py"
+    assert "key" in translated.read_text()
+
+    proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
+    row = _row(tmp_path)
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout
+    assert "key(0) and key(1) alike" in row["cases"][0].get("note", ""), row["cases"][0]
+
+    # planted: the noise no longer vanishes at scale 0
+    text = translated.read_text()
+    assert "x + scale * " in text, text
+    translated.write_text(text.replace("x + scale * ", "x + (scale + 1e-3) * "))
+    proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
+    row = _row(tmp_path)
+    assert row["status"] == "mismatch" and proc.returncode == 1, proc.stdout
+    assert "two keys give the translation different results" in json.dumps(row), row
