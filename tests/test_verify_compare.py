@@ -65,3 +65,24 @@ def test_a_float64_run_that_computes_something_else_excuses_nothing():
     again = _against_float64(narrow, ("output", jax32, keras), jax64, None)
     assert not narrow["ok"] and not again["ok"]
     assert "beyond float32 rounding" in again["problem"] and again["rounding"] > ROUNDING_CEILING
+
+    # Keras's own float64 run (tern/verify/reference.py) has no dropout in inference: still off
+    judged = _against_float64(narrow, ("output", jax32, keras), jax64, None, keras64=keras.astype(np.float64))
+    assert not judged["ok"] and judged["keras_float64"] and judged["max_abs"] > 0.1
+
+
+def test_ill_conditioned_values_are_settled_by_both_sides_in_float64():
+    """A batch normalisation over a constant input (variance 0, a gradient through
+    1/sqrt(epsilon)) differs between float32 runs by far more than rounding, on both sides;
+    in float64 a right translation agrees with Keras to float64 rounding, a wrong one does not."""
+    truth = np.array([53.8, -12.5, 0.25])
+    jax32 = (truth + np.array([89.9, 3.0, 0.1])).astype(np.float32)  # float32 far off
+    keras = (truth - np.array([40.0, 1.0, 0.2])).astype(np.float32)
+    narrow = compare("d/d input[0]", jax32, keras, None)
+    assert not narrow["ok"]
+    alone = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None)
+    assert not alone["ok"] and "beyond float32 rounding" in alone["problem"]
+    settled = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None, keras64=truth + 1e-12)
+    assert settled["ok"] and settled["keras_float64"]
+    wrong = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth * 1.01, None, keras64=truth)
+    assert not wrong["ok"] and wrong["keras_float64"]
