@@ -413,6 +413,10 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
     plain = {fn.name for fn in info.functions if key_is_free(fn)} - set(info.train) \
         - info.factories - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
     info.drawing_functions = close_over_calls(info.drawing_functions & plain, info.calls, plain)
+    # a function that calls a training helper (keras-cv's DownSampleBlock calling Block) passes the flag on
+    builders = {fn.name for fn in info.functions if not _has_param(fn, "training")} - set(info.train) \
+        - info.factories - info.model_builders
+    info.training_helpers = close_over_calls(info.training_helpers, info.calls, builders)
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
     changed = True
     while changed:
