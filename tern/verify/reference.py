@@ -55,25 +55,21 @@ def _float64_policy(flavour: str):
     if flavour == "tf_keras":
         import tf_keras as keras
 
-        policy, floatx = keras.mixed_precision.global_policy(), keras.backend.floatx()
-        keras.backend.set_floatx("float64")
-        keras.mixed_precision.set_global_policy("float64")
-        try:
-            yield
-        finally:
-            keras.mixed_precision.set_global_policy(policy)
-            keras.backend.set_floatx(floatx)
-        return
-    import keras
+        policy = (keras.mixed_precision.global_policy, keras.mixed_precision.set_global_policy)
+        floatx = (keras.backend.floatx, keras.backend.set_floatx)
+    else:
+        import keras
 
-    policy, floatx = keras.config.dtype_policy(), keras.config.floatx()
-    keras.config.set_floatx("float64")
-    keras.config.set_dtype_policy("float64")
+        policy = (keras.config.dtype_policy, keras.config.set_dtype_policy)
+        floatx = (keras.config.floatx, keras.config.set_floatx)
+    before = [get() for get, _ in (policy, floatx)]
+    floatx[1]("float64")
+    policy[1]("float64")
     try:
         yield
     finally:
-        keras.config.set_dtype_policy(policy)
-        keras.config.set_floatx(floatx)
+        policy[1](before[0])
+        floatx[1](before[1])
 
 
 def _wide(value: Any) -> Any:
