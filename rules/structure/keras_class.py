@@ -414,14 +414,19 @@ class KerasClassRule(Rule):
         ref = info.sublayers.get(attr) if attr else None
         if ref is None and isinstance(original.func, cst.Name):
             ref = ctx.frame.layers.get(original.func.value)
-        if ref is not None and ref.package_class and not ref.many and ctx.frame.training:
-            if not any(a.keyword is not None and a.keyword.value == "training" for a in updated.args):
-                args = list(updated.args)
-                if args:
-                    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.append(cst.Arg(cst.Name(ctx.frame.training), keyword=cst.Name("training"),
-                                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-                return updated.with_changes(args=args)
+        held = _held_element(original.func)
+        if held is not None and ctx.frame.training and not _passes_training(updated):
+            element = info.sublayers.get(held)
+            if element is None or element.record is None:
+                # an element of a held list or dict of layers: a package class's takes the flag; of what
+                # the translation cannot tell (a factory's product), the call asks the callee, as Keras does
+                if element is not None and element.package_class and element.many:
+                    return _with_training(updated, ctx.frame.training)
+                return updated.with_changes(func=cst.Name("keras_call"), args=[
+                    cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                    *_with_training(updated, ctx.frame.training).args])
+        if ref is not None and ref.package_class and not ref.many and ctx.frame.training and not _passes_training(updated):
+            return _with_training(updated, ctx.frame.training)
         return None
 
     def leave_class(self, ctx, original, updated):
@@ -611,6 +616,26 @@ class KerasClassRule(Rule):
         body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _held_element(func: cst.BaseExpression) -> str | None:
+    """``attr`` of ``self.attr[i]`` / ``self.attr["key"]``: an element of held layers."""
+    if isinstance(func, cst.Subscript) and len(func.slice) == 1 and isinstance(func.slice[0].slice, cst.Index):
+        return _self_attr(func.value)
+    return None
+
+
+def _passes_training(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == "training" for a in call.args)
+
+
+def _with_training(call: cst.Call, flag: str) -> cst.Call:
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(cst.Name(flag), keyword=cst.Name("training"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
 
 
 def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozenset[str] = frozenset(),
