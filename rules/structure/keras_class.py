@@ -45,6 +45,7 @@ class KerasClass:
     weights: dict[str, str] = field(default_factory=dict)  # attr -> collection
     build_assigned: set[str] = field(default_factory=set)
     build_layers: set[str] = field(default_factory=set)  # sublayers ``build`` creates: named locals of the compact ``__call__``
+    factory_layers: set[str] = field(default_factory=set)  # what package factories made (``DarknetConvBlock(...)``): unknown kind
     has_build: bool = False
     bases: frozenset[str] = frozenset()  # the canonical names of its TF/Keras bases
     refusal: str | None = None
@@ -198,7 +199,10 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
             info.refusal = ("`activity_regularizer` passed to the Keras base class: Keras adds a penalty on every "
                             "output (divided by the batch size) that Flax would silently lose: port by hand, recording "
                             "`activity_regularizer(outputs) / batch_size` with `keras_add_loss`")
+        factories = _factory_names(ctx, init.body)
         for attr, value in _assignments(init.body):
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
+                info.factory_layers.add(attr)
             ref = _layer_ref(ctx, value)
             if ref is not None:
                 info.sublayers[attr] = ref
@@ -414,6 +418,11 @@ class KerasClassRule(Rule):
         ref = info.sublayers.get(attr) if attr else None
         if ref is None and isinstance(original.func, cst.Name):
             ref = ctx.frame.layers.get(original.func.value)
+        if attr in info.factory_layers and attr not in info.sublayers and ctx.frame.training and not _passes_training(updated):
+            # a factory's product (a Sequential it builds, a model): whether it takes the flag, only it can say
+            return updated.with_changes(func=cst.Name("keras_call"), args=[
+                cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                *_with_training(updated, ctx.frame.training).args])
         held = _held_element(original.func)
         if held is not None and ctx.frame.training and not _passes_training(updated):
             element = info.sublayers.get(held)
@@ -616,6 +625,18 @@ class KerasClassRule(Rule):
         body = [*doc, *prelude, *build_stmts, *call_stmts]
         decorator = cst.Decorator(ctx.target_name("flax.linen.compact"))
         return call.with_changes(decorators=[decorator, *call.decorators], body=call.body.with_changes(body=body))
+
+
+def _factory_names(ctx, body: cst.BaseSuite) -> set[str]:
+    """Package functions that build layers or models, and local names bound to one of them
+    (``ConvBlock = DarknetConvBlockDepthwise if use_depthwise else DarknetConvBlock``)."""
+    package = ctx.package
+    names = set(package.sequential_factories) | set(package.factories) | set(package.model_builders)
+    for assign in m.findall(body, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())):
+        branches = (assign.value.body, assign.value.orelse)
+        if all(isinstance(b, cst.Name) and b.value in names for b in branches):
+            names.add(assign.targets[0].target.value)
+    return names
 
 
 def _held_element(func: cst.BaseExpression) -> str | None:
