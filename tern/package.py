@@ -354,7 +354,17 @@ def training_layer_names() -> frozenset[str]:
 
 
 def _builds_training_layers(fn: ast.FunctionDef, names: frozenset[str]) -> bool:
-    return any(isinstance(node, ast.Call) and _base_tail(node.func) in names for node in ast.walk(fn))
+    """Whether ``fn`` itself makes a layer that takes the training flag; a class it defines
+    (a translated Sequential factory's module) takes the flag in its own ``__call__``."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.ClassDef):
+            continue
+        if isinstance(node, ast.Call) and _base_tail(node.func) in names:
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _has_param(fn: ast.FunctionDef, name: str) -> bool:
