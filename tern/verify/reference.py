@@ -53,10 +53,10 @@ def reference_float64(payload: dict, scratch: Path) -> dict:
 def _float64_policy(flavour: str):
     """Layers built in the block create float64 weights and compute in float64."""
     if flavour == "tf_keras":
-        import tf_keras as keras
+        import tf_keras
 
-        policy = (keras.mixed_precision.global_policy, keras.mixed_precision.set_global_policy)
-        floatx = (keras.backend.floatx, keras.backend.set_floatx)
+        policy = (tf_keras.mixed_precision.global_policy, tf_keras.mixed_precision.set_global_policy)
+        floatx = (tf_keras.backend.floatx, tf_keras.backend.set_floatx)
     else:
         import keras
 
