@@ -28,6 +28,7 @@ from tern.convert import CONVERTERS, Refusal
 from tern.render import code
 from tern.rule import Rule
 from tern_rules.structure._setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
+from tern_rules.structure.training_helpers import passes_training, with_training
 
 #: Keras 2's BaseRandomLayer (tf_keras, tf.keras before 2.16) is a Layer with a seeded generator,
 #: ``self._random_generator``: its draws take Flax's "dropout" stream (structure/random_generator.py)
@@ -418,24 +419,22 @@ class KerasClassRule(Rule):
         ref = info.sublayers.get(attr) if attr else None
         if ref is None and isinstance(original.func, cst.Name):
             ref = ctx.frame.layers.get(original.func.value)
-        if attr in info.factory_layers and attr not in info.sublayers and ctx.frame.training and not _passes_training(updated):
+        flag = ctx.frame.training
+        if not flag or passes_training(updated):
+            return None
+        if attr in info.factory_layers and attr not in info.sublayers:
             # a factory's product (a Sequential it builds, a model): whether it takes the flag, only it can say
-            return updated.with_changes(func=cst.Name("keras_call"), args=[
-                cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                *_with_training(updated, ctx.frame.training).args])
+            return _through_keras_call(updated, flag)
         held = _held_element(original.func)
-        if held is not None and ctx.frame.training and not _passes_training(updated):
-            element = info.sublayers.get(held)
-            if element is None or element.record is None:
-                # an element of a held list or dict of layers: a package class's takes the flag; of what
-                # the translation cannot tell (a factory's product), the call asks the callee, as Keras does
-                if element is not None and element.package_class and element.many:
-                    return _with_training(updated, ctx.frame.training)
-                return updated.with_changes(func=cst.Name("keras_call"), args=[
-                    cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                    *_with_training(updated, ctx.frame.training).args])
-        if ref is not None and ref.package_class and not ref.many and ctx.frame.training and not _passes_training(updated):
-            return _with_training(updated, ctx.frame.training)
+        element = info.sublayers.get(held) if held is not None else None
+        if held is not None and (element is None or element.record is None):
+            # an element of a held list or dict of layers: a package class's takes the flag; of what
+            # the translation cannot tell (a factory's product), the call asks the callee, as Keras does
+            if element is not None and element.package_class and element.many:
+                return with_training(updated, flag)
+            return _through_keras_call(updated, flag)
+        if ref is not None and ref.package_class and not ref.many:
+            return with_training(updated, flag)
         return None
 
     def leave_class(self, ctx, original, updated):
@@ -646,17 +645,10 @@ def _held_element(func: cst.BaseExpression) -> str | None:
     return None
 
 
-def _passes_training(call: cst.Call) -> bool:
-    return any(a.keyword is not None and a.keyword.value == "training" for a in call.args)
-
-
-def _with_training(call: cst.Call, flag: str) -> cst.Call:
-    args = list(call.args)
-    if args:
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(cst.Name(flag), keyword=cst.Name("training"),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-    return call.with_changes(args=args)
+def _through_keras_call(call: cst.Call, flag: str) -> cst.Call:
+    """``f(x)`` -> ``keras_call(f, x, training=flag)`` (rules/support/keras_call.py)."""
+    return call.with_changes(func=cst.Name("keras_call"), args=[
+        cst.Arg(call.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *with_training(call, flag).args])
 
 
 def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozenset[str] = frozenset(),

@@ -48,14 +48,7 @@ class TrainingHelpersRule(Rule):
         as_parameter = any(original.func.value in given.get(id(f), ()) for f in ctx.frames)
         if original.func.value not in ctx.package.training_helpers and not as_parameter:
             return None
-        if any(a.keyword is not None and a.keyword.value == "training" for a in updated.args):
-            return None
-        args = list(updated.args)
-        if args:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(cst.Name(frame.training), keyword=cst.Name("training"),
-                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        return updated.with_changes(args=args)
+        return None if passes_training(updated) else with_training(updated, frame.training)
 
     def leave_function(self, ctx, original, updated):
         ctx.rule_state.get("helper_params", {}).pop(id(ctx.frame), None)  # ids are reused once a frame is gone
@@ -73,6 +66,20 @@ class TrainingHelpersRule(Rule):
         if plist:
             plist[-1] = plist[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return updated.with_changes(params=params.with_changes(params=[*plist, new]))
+
+
+def passes_training(call: cst.Call) -> bool:
+    return any(a.keyword is not None and a.keyword.value == "training" for a in call.args)
+
+
+def with_training(call: cst.Call, flag: str) -> cst.Call:
+    """``f(x)`` -> ``f(x, training=flag)``."""
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(cst.Arg(cst.Name(flag), keyword=cst.Name("training"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
 
 
 def _has_param(node: cst.FunctionDef, name: str) -> bool:

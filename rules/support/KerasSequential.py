@@ -9,17 +9,11 @@ module: BatchNorm and Dropout get Flax's spelling of the flag, a layer whose ``_
 package's generated support module.
 """
 
-import inspect
 from typing import Any
 
 import flax.linen
 
-
-def _takes_training(layer) -> bool:
-    try:
-        return "training" in inspect.signature(layer).parameters
-    except (TypeError, ValueError):  # a builtin or compiled callable: no training flag
-        return False
+from .keras_call import keras_call
 
 
 class KerasSequential(flax.linen.Module):
@@ -35,8 +29,6 @@ class KerasSequential(flax.linen.Module):
                 x = layer(x, use_running_average=not training)
             elif isinstance(layer, flax.linen.Dropout):
                 x = layer(x, deterministic=not training)
-            elif _takes_training(layer):
-                x = layer(x, training=training)
             else:
-                x = layer(x)
+                x = keras_call(layer, x, training=training)
         return x

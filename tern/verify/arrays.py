@@ -9,6 +9,7 @@ can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__":
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -119,3 +120,18 @@ def read_case(directory: Path, name: str) -> tuple[dict, Any]:
     meta = json.loads((directory / f"{name}.json").read_text())
     arrays = np.load(directory / f"{name}.npz", allow_pickle=False)
     return meta, arrays
+
+
+def origin_target(origin: dict) -> Any:
+    """The class or function a recorded ``origin`` names, imported from whichever package is on
+    the path (the translation in a JAX worker, the original in a TF one)."""
+    target = importlib.import_module(origin["module"])
+    for part in origin["name"].split("."):
+        target = getattr(target, part)
+    return target
+
+
+def build(origin: dict, arrays: Any) -> Any:
+    """The layer or model made again the way the test made it: the same class or factory, the
+    same recorded arguments."""
+    return origin_target(origin)(*unpack(origin.get("args", []), arrays), **unpack(origin.get("kwargs", {}), arrays))

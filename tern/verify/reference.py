@@ -17,7 +17,6 @@ float32 verdict; the reason comes back with the result.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import traceback
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import pack, read_case, shift, unpack, write_case
+from tern.verify.arrays import build, pack, read_case, shift, unpack, write_case
 from tern.verify.port import keras_units
 from tern.weights import variable_path
 
@@ -81,11 +80,7 @@ def _reference(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
 
     if "weights" not in meta:
         raise ValueError("the recording keeps no Keras weights for this case")
-    origin = meta["origin"]
-    target = importlib.import_module(origin["module"])
-    for part in origin["name"].split("."):
-        target = getattr(target, part)
-    layer = target(*unpack(origin.get("args", []), arrays), **unpack(origin.get("kwargs", {}), arrays))
+    layer = build(meta["origin"], arrays)
     args, kwargs = unpack(meta["inputs"], arrays, _wide)
     flat_in = tf.nest.flatten([list(args), dict(kwargs)])
     present = [i for i, x in enumerate(flat_in) if x is not None]

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import array_paths, read_case, unpack
+from tern.verify.arrays import array_paths, build, read_case, unpack
 from tern.verify.graft import flatten, graft
 from tern.verify.replay_functions import replay_function_case
 
@@ -76,16 +76,6 @@ def compare(name: str, got: Any, want: np.ndarray, tolerance: dict | None, round
     return {"name": name, "ok": ok, "max_abs": max_abs, "max_rel": max_rel, **tol}
 
 
-def _build(origin: dict, arrays: Any):
-    module = importlib.import_module(origin["module"])
-    target = module
-    for part in origin["name"].split("."):
-        target = getattr(target, part)
-    args = unpack(origin.get("args", []), arrays)
-    kwargs = unpack(origin.get("kwargs", {}), arrays)
-    return target(*args, **kwargs)
-
-
 def _call_kwargs(module: Any, kwargs: dict) -> dict:
     """Recorded call keywords the Flax ``__call__`` accepts; a meaningful one it lacks
     (``training=True``, a mask) is an error, ``training=False``/``None`` is the default."""
@@ -115,7 +105,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
         return replay_function_case(meta, arrays, tolerance)
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:
-        module = _build(meta["origin"], arrays)
+        module = build(meta["origin"], arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
         kwargs = _call_kwargs(module, kwargs)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}

@@ -17,20 +17,12 @@ arguments in float32. A value that fails in float32 is judged again from a call 
 
 from __future__ import annotations
 
-import importlib
 import traceback
 from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import array_paths, unpack
-
-
-def _function(origin: dict) -> Any:
-    target = importlib.import_module(origin["module"])
-    for part in origin["name"].split("."):
-        target = getattr(target, part)
-    return target
+from tern.verify.arrays import array_paths, origin_target, unpack
 
 
 def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
@@ -40,7 +32,7 @@ def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
     args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
     if key is not None:
         kwargs = {**kwargs, "key": jax.random.key(key)}
-    return jax.tree_util.tree_leaves(_function(meta["origin"])(*args, **kwargs))
+    return jax.tree_util.tree_leaves(origin_target(meta["origin"])(*args, **kwargs))
 
 
 def _needs_key(meta: dict, arrays: Any) -> bool:
@@ -49,7 +41,7 @@ def _needs_key(meta: dict, arrays: Any) -> bool:
     import inspect
 
     try:
-        parameter = inspect.signature(_function(meta["origin"])).parameters.get("key")
+        parameter = inspect.signature(origin_target(meta["origin"])).parameters.get("key")
     except (TypeError, ValueError):
         return False
     _, kwargs = unpack(meta["inputs"], arrays)

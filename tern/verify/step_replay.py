@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from tern.verify.arrays import build as build_model
 from tern.verify.arrays import read_case, unpack
 from tern.verify.graft import DERIVED, flatten, graft
-from tern.verify.replay import _build as build_model
 from tern.verify.replay import compare
 from tern.verify.step_objects import translated_value
 

@@ -303,8 +303,9 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
     save them with orbax at ``payload["checkpoint"]``, replay and compare."""
     import jax
 
+    from tern.verify.arrays import build
     from tern.verify.graft import graft
-    from tern.verify.replay import _build, _call_kwargs, compare
+    from tern.verify.replay import _call_kwargs, compare
     from tern.weights_io import describe, save_variables
 
     meta, arrays = read_case(Path(payload["case"]), "case")
@@ -314,7 +315,7 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
     except Outcome as outcome:
         return {"outcome": outcome.kind, "message": f"the translation: {outcome}"}
     try:
-        module = _build(origin, arrays)
+        module = build(origin, arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jax.numpy.asarray)
         kwargs = _call_kwargs(module, kwargs)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
