@@ -9,13 +9,13 @@ Corpora:
 
 Per corpus, in one process (so: per core):
 * parse:  ``libcst.parse_module`` on every file's text (texts read beforehand);
-* engine: ``tern.runner.translate_file`` on every file, i.e. read + decode + parse +
+* engine: ``tern.engine.runner.translate_file`` on every file, i.e. read + decode + parse +
   translate + render + diff, with the package pre-pass (``scan_package``) done beforehand
   and timed on its own line;
 * the ratio engine/parse of the two throughputs. Target: >= 0.5.
 
 Then, on the keras subset copied into a temporary directory, the wall-clock time of
-``tern.runner.migrate(..., dry_run=True)`` with ``jobs=1`` and ``jobs=J`` (default 2): the
+``tern.engine.runner.migrate(..., dry_run=True)`` with ``jobs=1`` and ``jobs=J`` (default 2): the
 whole run, pre-pass and process pool included.
 
 Every measurement is repeated ``--repeat`` times (default 3) and the best is kept: the
@@ -41,8 +41,8 @@ import libcst as cst
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tern.package import scan_package  # noqa: E402
-from tern.runner import Job, migrate, translate_file  # noqa: E402
+from tern.engine.package import scan_package  # noqa: E402
+from tern.engine.runner import Job, migrate, translate_file  # noqa: E402
 
 TARGET_RATIO = 0.5
 

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "eval"))
 from mutation_operators import OPERATORS, apply, mutants  # noqa: E402
 
 from tern.sandbox.jobs import Job, JobResult  # noqa: E402
-from tern.support_module import is_generated  # noqa: E402
+from tern.engine.support_module import is_generated  # noqa: E402
 from tern.verify import keys  # noqa: E402
 from tern.verify.record import is_test_file  # noqa: E402
 

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tern.report import RunReport
+from tern.engine.report import RunReport
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Migrate TensorFlow/Keras code and its tests to JAX/Flax.")
 err = Console(stderr=True)
@@ -84,7 +84,7 @@ def migrate(
     import time
 
     from tern.agent import cli as agent_cli
-    from tern.runner import UsageError, migrate as run
+    from tern.engine.runner import UsageError, migrate as run
     from tern.verify.config import ConfigError
 
     if in_place and out_dir is not None:
@@ -113,7 +113,7 @@ def migrate(
         sys.stderr.write(f"error: {exc}\n")  # source holds a file named as tern's generated support module
         raise typer.Exit(2)
     except OSError as exc:  # not one file's fault (each of those is in the report): the run could not be made
-        from tern.runner import reason
+        from tern.engine.runner import reason
 
         sys.stderr.write(f"error: {exc.filename or path}: {reason(exc)}\n")
         raise typer.Exit(2)
@@ -195,7 +195,7 @@ def _report_stem(path: Path, out_dir: Optional[Path], report_path: Optional[Path
     """The report's path stem, checked before anything is written: the output and the
     report are never inside the source (unless --in-place), and can be written.
     UsageError (or FileNotFoundError, left to the run to report) otherwise."""
-    from tern.runner import UsageError, check_target, check_writable, resolved, target_of
+    from tern.engine.runner import UsageError, check_target, check_writable, resolved, target_of
 
     source = resolved(path, "the source")
     if not source.exists():
@@ -214,7 +214,7 @@ def _report_stem(path: Path, out_dir: Optional[Path], report_path: Optional[Path
 
 def _write_reports(report: RunReport, stem: str) -> str:
     """Both reports, or the one-line reason they could not be written."""
-    from tern.runner import reason, remove_stale_temps_of, write_atomic
+    from tern.engine.runner import reason, remove_stale_temps_of, write_atomic
 
     for suffix, text in ((".json", report.to_json()), (".md", report.to_markdown())):
         path = Path(stem + suffix)
@@ -231,7 +231,7 @@ def _run_agent(report: RunReport, config, stem: str, *, rules_seconds: float, da
 
     from tern.agent import cli as agent_cli
     from tern.agent.run import fold_into, run_agent
-    from tern.runner import write_atomic
+    from tern.engine.runner import write_atomic
     from tern.sandbox.client import DaemonUnavailable
 
     def progress(message: str) -> None:

@@ -1,7 +1,7 @@
 """Regenerate docs/coverage.md from the rule tables: python tests/regen_coverage.py
 
 The coverage page answers "does tern translate X, and into what?" from the very records the
-engine applies (``tern.records.tables()``) and from the programmatic rules it discovers, so
+engine applies (``tern.engine.records.tables()``) and from the programmatic rules it discovers, so
 it cannot drift from them unnoticed: ``tests/test_docs.py`` fails when the page is stale.
 Review ``git diff docs/coverage.md`` like a golden file: each changed row is a changed claim.
 Output is sorted and carries no timestamp, so a rerun on the same rules changes nothing.
@@ -21,7 +21,7 @@ CODE_LIMIT = 72
 #: longest prose shown in a cell (cut at a word, marked with "...")
 PROSE_LIMIT = 140
 
-_SPAN = re.compile(r"\[\[.*?\]\]", re.S)  # optional template spans (tern/render.py)
+_SPAN = re.compile(r"\[\[.*?\]\]", re.S)  # optional template spans (tern/engine/render.py)
 _SUPPORT = re.compile(r"\{support:(\w+)\}")
 
 VALUE_KINDS = {  # kind -> heading; the compile() strings come from rules/values/compile.toml
@@ -273,7 +273,7 @@ def _rule_id(tree: ast.Module, family: str, stem: str) -> str:
 
 def programmatic_rules(root: Path) -> list[tuple[str, str, str]]:
     """(rule id, file, summary) per module under rules/structure and rules/testing, walked
-    as ``tern.rule.discover`` walks them (``_``-prefixed modules skipped)."""
+    as ``tern.engine.rule.discover`` walks them (``_``-prefixed modules skipped)."""
     rows = []
     for family in ("structure", "testing"):
         for path in sorted((root / family).glob("*.py")):
@@ -301,7 +301,7 @@ def _rules_section(root: Path) -> list[str]:
 
 def coverage_markdown() -> str:
     """docs/coverage.md as the rule tables and rule modules make it today."""
-    from tern.records import rules_root, tables
+    from tern.engine.records import rules_root, tables
     from tern_rules.structure.tensor_methods import members
     from tern_rules.testing.assertions import methods
 

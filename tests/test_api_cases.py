@@ -21,7 +21,7 @@ Input specs: ``dtype[shape]`` with optional ``:lo:hi`` (uniform floats in [lo, h
 integers in [lo, hi] inclusive), or ``=expr`` evaluated with ``np`` in scope.
 
 (a) golden: ``import tensorflow as tf / import keras / from keras import ops`` + prelude +
-``y = <before>`` goes through ``tern.translate.translate_source`` and the output must
+``y = <before>`` goes through ``tern.engine.translate.translate_source`` and the output must
 contain the line ``y = <after>`` (or, for ``todo`` cases, the untouched line and the TODO).
 (b) numeric: ``before`` is evaluated with TensorFlow on NumPy inputs, ``after`` with JAX on
 the same inputs (as jax arrays); the structures (tuple/list lengths), shapes and dtype
@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tern.translate import translate_source
+from tern.engine.translate import translate_source
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -142,7 +142,7 @@ def make_input(spec, rng: np.random.Generator):
 
 def support_namespace() -> dict:
     """Every support definition (tern_rules.support), as a translated file imports the ones it uses."""
-    from tern.support_module import objects
+    from tern.engine.support_module import objects
 
     return objects()
 

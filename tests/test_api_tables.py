@@ -35,9 +35,9 @@ import keras  # noqa: E402  (after TF would also work; keras 3 is standalone)
 import tensorflow as tf
 import tf_keras  # Keras 2 APIs Keras 3 dropped (keras.backend.random_bernoulli, BaseRandomLayer's RandomGenerator); tern reads tf_keras as keras
 
-from tern.records import DROP, ApiRecord, load_tables
-from tern.render import RNG_KEYS
-from tern.support_module import definitions as support_definitions
+from tern.engine.records import DROP, ApiRecord, load_tables
+from tern.engine.render import RNG_KEYS
+from tern.engine.support_module import definitions as support_definitions
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 API_DIR = RULES / "api"

@@ -495,11 +495,11 @@ def test_no_temp_files_left_after_a_run(tmp_path):
 def test_cli_imports_neither_tensorflow_nor_jax(tmp_path):
     pkg = make_pkg(tmp_path, residue=True)
     code = (
-        "import tern.cli, tern.runner, tern.translate, sys; "
+        "import tern.cli, tern.engine.runner, tern.engine.translate, sys; "
         "assert 'tensorflow' not in sys.modules and 'jax' not in sys.modules, "
         "sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'jax', 'keras', 'flax')); "
         # a whole run (pre-pass, rules, report) must not import them either
-        "from pathlib import Path; tern.runner.migrate(Path(sys.argv[1]), dry_run=True); "
+        "from pathlib import Path; tern.engine.runner.migrate(Path(sys.argv[1]), dry_run=True); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'jax', 'keras', 'flax')); "
         "assert not bad, bad"
     )

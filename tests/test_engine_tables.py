@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tern.convert import CONVERTERS
-from tern.package import PackageInfo, scan_source, training_layer_names
-from tern.records import load_tables
+from tern.engine.convert import CONVERTERS
+from tern.engine.package import PackageInfo, scan_source, training_layer_names
+from tern.engine.records import load_tables
 
 
 def test_training_helpers_are_found_from_the_layer_records():

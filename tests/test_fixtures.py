@@ -73,7 +73,7 @@ def test_complete_translations_leave_no_residue(name, translated):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if STATUS.get(n) == "pass"])
 def test_complete_translations_import_no_tensorflow_except_for_tf_data(name, translated):
-    """Strict: every TF import left is used for tf.data input pipelines alone (tern/kept.py),
+    """Strict: every TF import left is used for tf.data input pipelines alone (tern/features/tf_data/kept.py),
     never a Keras import, never TF outside tf.data or under jax.jit."""
     out, _, _ = translated[name]
     assert tensorflow_left(out) == []

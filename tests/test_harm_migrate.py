@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tern.report import ReportError, read_report
+from tern.engine.report import ReportError, read_report
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = "import tensorflow as tf\n\ndef f(x):\n    return tf.reduce_sum(x)\n"
@@ -422,9 +422,9 @@ def test_declared_latin1_file_is_translated_and_written_back_in_latin1(tmp_path)
 def test_translation_that_the_declared_encoding_cannot_hold_is_an_error(tmp_path, monkeypatch):
     """No rule writes non-ASCII today; a future one must not write a file its own coding line
     contradicts (in-process: a stand-in translation adds the character)."""
-    from tern import runner
-    from tern.package import PackageInfo
-    from tern.translate import translate_module
+    from tern.engine import runner
+    from tern.engine.package import PackageInfo
+    from tern.engine.translate import translate_module
 
     def with_arrow(module, **kwargs):
         result = translate_module(module, **kwargs)

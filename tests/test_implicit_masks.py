@@ -22,10 +22,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from keras.src.layers.layer import Layer  # noqa: E402
 
-from tern.records import load_tables  # noqa: E402
-from tern.support_module import objects  # noqa: E402
-from tern.translate import translate_source  # noqa: E402
-from tern.weights import port_layer_weights  # noqa: E402
+from tern.engine.records import load_tables  # noqa: E402
+from tern.engine.support_module import objects  # noqa: E402
+from tern.engine.translate import translate_source  # noqa: E402
+from tern.weights.port import port_layer_weights  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 TABLES = load_tables(RULES)

@@ -15,8 +15,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tern.support_module import objects  # noqa: E402
-from tern.translate import translate_source  # noqa: E402
+from tern.engine.support_module import objects  # noqa: E402
+from tern.engine.translate import translate_source  # noqa: E402
 
 SOURCE = '''import tensorflow as tf
 from tensorflow import keras

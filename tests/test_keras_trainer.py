@@ -50,8 +50,8 @@ import keras
 import jax
 
 from compile_strings import TABLE, records, render
-from tern.support_module import objects
-from tern.translate import translate_source
+from tern.engine.support_module import objects
+from tern.engine.translate import translate_source
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -466,7 +466,7 @@ def example(x, y):
 
 def test_regularization_losses_are_added_as_keras_adds_model_losses():
     """Keras adds ``model.losses`` (weight and activity penalties) to the loss in fit and
-    evaluate; the translated layers sow them into ``losses`` (tern/regularizers.py) and the
+    evaluate; the translated layers sow them into ``losses`` (tern/engine/regularizers.py) and the
     trainer adds them: the same History and weights, and an evaluate loss above the MSE."""
     result = translate_source(REGULARIZED)
     assert not result.todos, f"the translation left TODOs:\n{result.code}"
@@ -572,7 +572,7 @@ def translated_package(package: str, library: str, test: str):
     import sys
     import types
 
-    from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
+    from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 
     info = PackageInfo()
     scan_source(library, f"{package}.model", info, training_layer_names())

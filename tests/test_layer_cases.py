@@ -7,7 +7,7 @@ One process, TensorFlow and JAX both imported. For every case:
 * numeric: the Keras layer is built on a fixed random input and every one of its variables
   is set to fresh random values (positive for variances); the ``flax`` expression is
   evaluated, initialized, and its variables are REPLACED by
-  ``tern.weights.port_layer_weights(record, keras_layer)`` after checking that the ported
+  ``tern.weights.port.port_layer_weights(record, keras_layer)`` after checking that the ported
   tree has exactly the structure and shapes ``init`` produced (optional ``leaves = n``:
   the Keras layer and the flax init tree both hold exactly ``n`` arrays; optional
   ``same_init = ["bias"]``: those Keras variables, as Keras initialized them, equal the
@@ -49,10 +49,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tern.records import load_tables  # noqa: E402
-from tern.support_module import objects  # noqa: E402
-from tern.translate import translate_source  # noqa: E402
-from tern.weights import port_layer_weights  # noqa: E402
+from tern.engine.records import load_tables  # noqa: E402
+from tern.engine.support_module import objects  # noqa: E402
+from tern.engine.translate import translate_source  # noqa: E402
+from tern.weights.port import port_layer_weights  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 TABLES = load_tables(RULES)

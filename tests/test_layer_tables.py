@@ -32,9 +32,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tern.convert import CONVERTERS  # noqa: E402
-from tern.records import DROP, load_tables  # noqa: E402
-from tern.weights import parse_transform, transform_names  # noqa: E402
+from tern.engine.convert import CONVERTERS  # noqa: E402
+from tern.engine.records import DROP, load_tables  # noqa: E402
+from tern.weights.port import parse_transform, transform_names  # noqa: E402
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 TABLES = load_tables(RULES)
@@ -111,7 +111,7 @@ def _as_python(template: str) -> str:
 
 def _support_classes() -> dict[str, type]:
     """tern's support package (``rules/support``, installed as ``tern_rules.support``): NAME -> class."""
-    from tern.support_module import objects
+    from tern.engine.support_module import objects
 
     return objects()
 
@@ -223,7 +223,7 @@ def test_param_tables_name_known_params(raw):
         unknown = set(raw.get(table, {})) - params
         assert not unknown, f"{table} names unknown params {unknown}"
     for name, conv in raw.get("convert", {}).items():
-        assert conv in CONVERTERS, f"converter {conv!r} ({name}) does not exist in tern.convert"
+        assert conv in CONVERTERS, f"converter {conv!r} ({name}) does not exist in tern.engine.convert"
     if "target" not in raw:  # apply/template: defaults are for unpassed source params
         unknown = set(raw.get("defaults", {})) - params
         assert not unknown, f"defaults name unknown params {unknown}"
@@ -269,7 +269,7 @@ def test_every_support_definition_is_used(name):
     """A support definition is a class or function (or state the registry helpers share),
     and something needs it: a template (``{support:NAME}``), another support definition, or a
     programmatic rule or the engine writing its name into translated code."""
-    from tern.support_module import definitions
+    from tern.engine.support_module import definitions
 
     table = definitions()
     if not name.isupper():
@@ -312,7 +312,7 @@ def test_weight_maps(raw):
         assert set(entry) <= {"keras", "flax", "transform"}, entry
         assert entry["flax"].split("/")[0] in ("params", "batch_stats"), entry
         name, _ = parse_transform(entry.get("transform", ""))
-        assert name in names, f"transform {name!r} is not defined in tern/weights.py"
+        assert name in names, f"transform {name!r} is not defined in tern/weights/port.py"
     if "apply" in raw:
         assert not raw.get("weights"), "a stateless layer has no weights"
 

@@ -38,7 +38,7 @@ import keras
 
 import jax.numpy as jnp
 
-from tern.records import load_tables
+from tern.engine.records import load_tables
 from translated_objects import keras_object, translated_object
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
@@ -290,7 +290,7 @@ def _count_samples(metric):
 def _support_namespace() -> dict:
     import jax
 
-    from tern.support_module import objects
+    from tern.engine.support_module import objects
 
     namespace: dict = {"np": np, "jnp": jnp, "jax": jax, "_general_path": _general_path, "_count_samples": _count_samples}
     return {**namespace, **objects()}
@@ -347,7 +347,7 @@ def test_support_modules_import_on_their_own():
     import subprocess
     import sys
 
-    from tern.support_module import closure, definitions
+    from tern.engine.support_module import closure, definitions
 
     used = {n for r in METRIC_RECORDS for n in re.findall(r"\{support:(\w+)\}", str(r.template))}
     files = sorted({definitions()[name].file for name in closure(used)})

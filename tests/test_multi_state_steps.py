@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tern.train_steps import analyse
-from tern.translate import translate_source
+from tern.features.training.train_steps import analyse
+from tern.engine.translate import translate_source
 from tern.verify.graft import flatten, graft
 from tern.verify.port import keras_units
 from tests.translated_objects import original_and_translated, translated_object

@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from tern.names import function_scope, source_facts
+from tern.engine.names import function_scope, source_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*(ROOT / "fixtures" / "tf").rglob("*.py"), *(ROOT / "tern").rglob("*.py"), *(ROOT / "rules").rglob("*.py")])

@@ -27,7 +27,7 @@ from tern.pr.body import BODY_LIMIT, Context, Migrated, body
 from tern.pr.git import Git
 from tern.pr.github import graphql_url, web_url
 from tern.pr.packages import Package, discover, name_packages
-from tern.report import FileResult, RunReport, Todo
+from tern.engine.report import FileResult, RunReport, Todo
 from tern.verify.report import ModuleRow, PackageReport, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tern.translate import translate_source
+from tern.engine.translate import translate_source
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 CASES = [

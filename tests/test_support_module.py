@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tern import support_module
-from tern.support_module import FILE_NAME, MARKER, closure, definitions, module_text
+from tern.engine import support_module
+from tern.engine.support_module import FILE_NAME, MARKER, closure, definitions, module_text
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "tf"
@@ -206,7 +206,7 @@ def test_the_wheel_ships_the_support_package_and_declares_what_tern_imports(whee
         optional = {_dist_name(r) for r in requires_dist if "extra ==" in r}
     for name in definitions().values():
         assert f"tern_rules/support/{name.file}.py" in listed
-    assert "tern/support_module.py" in listed and "tern_rules/api/losses.toml" in listed
+    assert "tern/engine/support_module.py" in listed and "tern_rules/api/losses.toml" in listed
     assert "pytest" in declared  # verification runs the tests with pytest
     pulled = set(declared)
     for dist in declared:

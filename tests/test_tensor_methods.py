@@ -29,7 +29,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework.ops import EagerTensor, SymbolicTensor
 
-from tern.translate import todos_in, translate_source
+from tern.engine.translate import todos_in, translate_source
 from tern_rules.structure.tensor_methods import RECEIVERS, Member, members
 
 RECORDS = sorted(members().values(), key=lambda r: r.name)
@@ -74,7 +74,7 @@ def test_record_is_consistent(record: Member):
     assert record.call in ("any", "no-args", "positional")
     assert record.files in ("tf", "any")
     assert record.template is not None or record.todo, "a rewrite or a TODO reason"
-    assert ":" not in record.construct, "a TODO's construct ends at its first colon (tern.translate.todos_in)"
+    assert ":" not in record.construct, "a TODO's construct ends at its first colon (tern.engine.translate.todos_in)"
     if record.kind == "attribute":
         assert record.call == "any", "an attribute is not called"
     if record.template is not None:

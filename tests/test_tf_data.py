@@ -2,7 +2,7 @@
 
 The allowance (``rules/allowed/tf_data.toml``) against the installed tf.data; the bridge
 (``rules/support/as_numpy_batches.py``) on datasets and on what else a loop may be given;
-the reading of kept TF (``tern/kept.py``) behind the report, the evaluation's "TensorFlow
+the reading of kept TF (``tern/features/tf_data/kept.py``) behind the report, the evaluation's "TensorFlow
 left" and the verifier's worker kind; and ``tern migrate`` / ``tern verify`` on a small
 package with a tf.data pipeline, a jitted step and tests that build their own dataset.
 Rewrites themselves are golden cases in ``rules/structure/cases/tf_data.toml``.
@@ -23,9 +23,9 @@ import pytest
 
 from tern.evaluation import scan
 from tern.evaluation.score import Translation
-from tern.kept import read, tree_keeps_only_allowed_tf
-from tern.records import tables
-from tern.report import FileResult, RunReport
+from tern.features.tf_data.kept import read, tree_keeps_only_allowed_tf
+from tern.engine.records import tables
+from tern.engine.report import FileResult, RunReport
 from tern.verify.run import PackageVerifier
 
 ROOT = Path(__file__).resolve().parents[1]

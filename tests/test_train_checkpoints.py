@@ -20,8 +20,8 @@ import numpy as np
 import optax
 import pytest
 
-from tern.support_module import objects
-from tern.translate import translate_source
+from tern.engine.support_module import objects
+from tern.engine.translate import translate_source
 
 CASES = Path(__file__).resolve().parents[1] / "rules" / "structure" / "cases" / "train_checkpoints.toml"
 

@@ -271,7 +271,7 @@ def adam_slots_before_an_update():
 
 @pytest.fixture(scope="module")
 def slot_programs():
-    from tern.translate import translate_source
+    from tern.engine.translate import translate_source
 
     result = translate_source(SLOTS_TEST, is_test=True)
     assert not result.todos, result.code
@@ -358,8 +358,8 @@ def test_a_models_optimizer_variables_follow_its_keras_weight_order():
 
     import jax
 
-    from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
-    from tern.translate import translate_source
+    from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
+    from tern.engine.translate import translate_source
 
     info = PackageInfo()
     scan_source(SLOT_LIBRARY, "tern_slots_pkg.model", info, training_layer_names())

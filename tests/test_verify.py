@@ -545,7 +545,7 @@ def test_mcp_bad_input_is_a_tool_error_and_the_server_keeps_serving(agent, loop,
 
 
 def test_mcp_explains_a_todo_and_lists_what_is_left(agent, tmp_path):
-    from tern.runner import migrate
+    from tern.engine.runner import migrate
 
     # .numpy() keeps the function out of a jax.enable_x64 scope (rules/structure/x64_scopes.py)
     (tmp_path / "uses_int64.py").write_text("import tensorflow as tf\n\n\ndef cast(x):\n    return tf.cast(x, tf.int64).numpy()\n")

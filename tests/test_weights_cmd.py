@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tern.sandbox.daemon import paths_for, server_pid
-from tern.weights_io import CHECKPOINT, REPORT, WeightsError, load_variables
+from tern.weights.checkpoint import CHECKPOINT, REPORT, WeightsError, load_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

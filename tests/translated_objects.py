@@ -7,8 +7,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tern.support_module import objects
-from tern.translate import translate_source
+from tern.engine.support_module import objects
+from tern.engine.translate import translate_source
 
 HEADER = "import tensorflow as tf\nimport keras\nfrom keras import ops\n"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 SUPPORT = "keras_add_loss"
 _ADD_LOSS = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("add_loss")))

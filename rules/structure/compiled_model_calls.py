@@ -16,7 +16,7 @@ object; ``KerasTrainer.of(model)`` is the trainer attached to the Flax module ob
 act on one state, as in Keras. This is explicit at every call site and needs no registry
 shared between modules: the module object the callers pass around is the one place both
 functions can reach. A receiver is rewritten only where it is known to hold a model
-(``tern/compiled_models.py``: a name bound to a package model, or a parameter every call
+(``tern/features/training/compiled_models.py``: a name bound to a package model, or a parameter every call
 in the package passes one); elsewhere ``keras_training_api.py`` flags the call. Also
 ``model.get_weights()/set_weights()/save_weights()/load_weights()`` (orbax) and
 ``model.optimizer.iterations``; other ``model.optimizer`` attributes are flagged.
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.compiled_models import TRAINER_METHODS, refusal
-from tern.convert import Refusal
-from tern.rule import Rule
-from tern.trainer_calls import call_refusal, rewrite
+from tern.features.training.compiled_models import TRAINER_METHODS, refusal
+from tern.engine.convert import Refusal
+from tern.engine.rule import Rule
+from tern.features.training.trainer_calls import call_refusal, rewrite
 
 HANDLED = "compiled_model_handled"  # ids of receivers' nodes this rule answered for (keras_training_api skips them)
 

@@ -2,7 +2,7 @@
 
 ``def balanced_sample(positive, negative, n)`` calling ``tf.random.uniform`` draws from
 the generator TF keeps for the program; a JAX function draws from the keys it is given.
-The package pre-pass finds such functions (``tern/draws.py``, closed over calls); here each
+The package pre-pass finds such functions (``tern/features/random_draws/draws.py``, closed over calls); here each
 gains a keyword-only ``key`` parameter, with no default, so a caller that gives none fails
 loudly instead of drawing the same numbers every time; its draws take
 ``jax.random.fold_in(key, i)`` (``FileContext.rng_key``). Every call of one passes a key
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.convert import Refusal
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.rule import Rule
 
 KEY = "key"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 KEY = "frozen_layers"
 VIEW_ATTRS = frozenset({"name", "trainable"})

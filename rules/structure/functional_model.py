@@ -14,10 +14,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.context import LayerRef
-from tern.modulegen import class_name_for, compact_module
-from tern.names import short_name
-from tern.rule import Rule
+from tern.engine.context import LayerRef
+from tern.engine.modulegen import class_name_for, compact_module
+from tern.engine.names import short_name
+from tern.engine.rule import Rule
 
 INPUTS = {"keras.Input", "keras.layers.Input"}
 MODELS = {"keras.Model", "keras.models.Model"}

@@ -18,7 +18,7 @@ BatchNorm statistics and the dropout key; the optimizer lives in it, so its para
 goes. Names the tape body assigns and the rest of the step reads come out of the loss
 function as auxiliary values. Parameters the step calls (a loss function) are static
 under ``jax.jit``, as are literal int/str/bool defaults (``tf_function.py``). Which
-functions qualify is decided package-wide in ``tern/train_steps.py``, which also gives
+functions qualify is decided package-wide in ``tern/features/training/train_steps.py``, which also gives
 the reason a tape is left as written; callers are rewritten by
 ``train_state_callers.py`` (package code) and ``testing/train_state_calls.py`` (tests).
 """
@@ -28,11 +28,11 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
 
 TAPE = "tensorflow.GradientTape"
-GENERIC = "a tape outside a training step tern recognizes (see tern/train_steps.py); use jax.grad / jax.value_and_grad"
+GENERIC = "a tape outside a training step tern recognizes (see tern/features/training/train_steps.py); use jax.grad / jax.value_and_grad"
 TEST_TAPE = ("a tape in a test, differentiating with respect to a model's variables: here they are arrays in this "
              "file's registry, not variables a tape watches; differentiate a function of them with jax.grad")
 
@@ -188,7 +188,7 @@ class GradientTapeStepRule(Rule):
     @staticmethod
     def _model_call(stmt: cst.BaseStatement, model: str) -> list[cst.BaseStatement]:
         """``y = model(...)`` -> ``y, model_state = state.apply_model(params, ...)``; a call nested
-        in an expression is hoisted into ``<model>_outputs`` (tern/train_steps.py checked it may be)."""
+        in an expression is hoisted into ``<model>_outputs`` (tern/features/training/train_steps.py checked it may be)."""
         calls = m.findall(stmt, m.Call(func=m.Name(model)))
         if not calls or not isinstance(stmt, cst.SimpleStatementLine):
             return [stmt]

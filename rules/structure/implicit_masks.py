@@ -28,9 +28,9 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from tern.package import class_masks
-from tern.render import code, commas
-from tern.rule import Rule
+from tern.engine.package import class_masks
+from tern.engine.render import code, commas
+from tern.engine.rule import Rule
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")
 STATE = "implicit_masks"

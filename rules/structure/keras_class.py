@@ -23,10 +23,10 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
-from tern.context import LayerRef
-from tern.convert import CONVERTERS, Refusal
-from tern.render import code
-from tern.rule import Rule
+from tern.engine.context import LayerRef
+from tern.engine.convert import CONVERTERS, Refusal
+from tern.engine.render import code
+from tern.engine.rule import Rule
 from tern_rules.structure._setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 
@@ -51,7 +51,7 @@ class KerasClass:
     bases: frozenset[str] = frozenset()  # the canonical names of its TF/Keras bases
     refusal: str | None = None
     frame_depth: int = 0
-    #: metric trackers of a class whose train_step/test_step tern translates (tern/step_overrides.py)
+    #: metric trackers of a class whose train_step/test_step tern translates (tern/features/training/step_overrides.py)
     trackers: tuple[str, ...] = ()
     #: ``call`` makes layers inline (``layers.Dropout(rate)(x)``): "stateless" ones Flax allows
     #: in a ``@nn.compact`` method (beside ``setup``); "weighted" ones it cannot mean
@@ -159,7 +159,7 @@ def _bind_loop_layers(fn: cst.FunctionDef, info: KerasClass, frame) -> None:
 
 
 def _is_flax_module_call(value: cst.BaseExpression) -> bool:
-    from tern.names import dotted_name
+    from tern.engine.names import dotted_name
 
     return isinstance(value, cst.Call) and (dotted_name(value.func) or "").startswith(("nn.", "flax.linen."))
 
@@ -862,7 +862,7 @@ def _tracker_properties(ctx, init: cst.FunctionDef, info: KerasClass, params: se
     Python objects the trainer updates outside jit and tests read on the model object
     (``model.metrics``, ``model.loss_tracker.result()``). ``setup`` runs only on bound
     clones, so each tracker becomes a property that builds it once per module object, on
-    first use (``keras_tracker``); tern/step_overrides.py checked it has a literal name
+    first use (``keras_tracker``); tern/features/training/step_overrides.py checked it has a literal name
     and literal arguments, so building it later builds the same object.
     """
     if not info.trackers:
@@ -997,7 +997,7 @@ class _LookupOnce(cst.CSTTransformer):
 
 
 #: a Keras layer's dtype policy, read in ``call`` (``tf.cast(y, self.compute_dtype)``): float32, Keras'
-#: default, in which every translated module computes (as tern/layers.py's DEFAULT_DTYPES)
+#: default, in which every translated module computes (as tern/engine/layers.py's DEFAULT_DTYPES)
 DTYPE_POLICY = ("compute_dtype", "dtype", "variable_dtype")
 
 

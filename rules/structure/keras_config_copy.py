@@ -14,8 +14,8 @@ import ast
 
 import libcst as cst
 
-from tern.package import config_copy_of
-from tern.rule import Rule
+from tern.engine.package import config_copy_of
+from tern.engine.rule import Rule
 
 
 class KerasConfigCopyRule(Rule):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 REGISTERS = frozenset({
     "keras.utils.register_keras_serializable",

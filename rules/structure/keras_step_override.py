@@ -27,7 +27,7 @@ from the first tracker use on stays Python: ``KerasTrainer`` jits ``train_step``
 ``test_step`` and hands their values to ``train_step_logs`` / ``test_step_logs`` on the
 module object, whose trackers persist (``keras_tracker``; ``keras_class.py`` turns them
 into properties). Which overrides qualify, and the reason for the others, is
-``tern/step_overrides.py``'s.
+``tern/features/training/step_overrides.py``'s.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 TAG = "step_override"
 REFUSED = "step_override_refused"

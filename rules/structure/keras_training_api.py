@@ -13,8 +13,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.support_module import names as support_names
-from tern.rule import Rule
+from tern.engine.support_module import names as support_names
+from tern.engine.rule import Rule
 
 METHODS = frozenset({
     "compile", "fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
@@ -69,8 +69,8 @@ class KerasTrainingApiRule(Rule):
         if not ctx.scopes.imports_source or ctx.resolve(node) is not None:
             return  # a file with no TF, or a TF/Keras symbol itself: the tables' business
         if ctx.frames and ctx.frames[0].tags & {"train_step", "multi_step", "train_state", "step_override"}:
-            return  # a step, a state-passing function or a Keras step override: tern/train_steps.py,
-            # tern/step_overrides.py checked every such use
+            return  # a step, a state-passing function or a Keras step override: tern/features/training/train_steps.py,
+            # tern/features/training/step_overrides.py checked every such use
         root = _root(node.value)
         if node.attr.value == "predict" and m.matches(node.value, m.Name()) and _is_state_param(ctx, node.value.value):
             return  # tern's train state (support/KerasTrainState.py), met again when a translation is rerun

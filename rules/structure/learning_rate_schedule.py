@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 BASES = frozenset({"keras.optimizers.schedules.LearningRateSchedule", "tensorflow.optimizers.schedules.LearningRateSchedule"})
 SUPPORT = "KerasLearningRateSchedule"

@@ -16,7 +16,7 @@
         ...                                                 return generator_state, critic_state, c_loss
         return c_loss
 
-Which functions qualify, and why others do not, is decided in ``tern/multi_state_steps.py``.
+Which functions qualify, and why others do not, is decided in ``tern/features/training/multi_state_steps.py``.
 In a loss function the differentiated model is its state with the traced params, so
 passing it on (a gradient penalty, a reader in ``train_state_callers.py``) differentiates
 through that call too; other models are read from their states. A training-mode call
@@ -29,8 +29,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.multi_state_steps import state_name
-from tern.rule import Rule
+from tern.features.training.multi_state_steps import state_name
+from tern.engine.rule import Rule
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
 from tern_rules.structure.input_gradient_tape import _is_tape_with, stores
 from tern_rules.structure.train_state_callers import References

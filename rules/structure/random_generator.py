@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import libcst.matchers as m
 
-from tern.convert import Refusal
-from tern.render import api_call
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.render import api_call
+from tern.engine.rule import Rule
 from tern_rules.structure.keras_class import RANDOM_LAYER, KerasClass
 
 GENERATOR = "_random_generator"

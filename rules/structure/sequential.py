@@ -12,12 +12,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.convert import Refusal
-from tern.layers import apply_stateless, call_arguments
-from tern.modulegen import class_name_for, compact_module
-from tern.records import DROP
-from tern.render import commas, expand_template
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.layers import apply_stateless, call_arguments
+from tern.engine.modulegen import class_name_for, compact_module
+from tern.engine.records import DROP
+from tern.engine.render import commas, expand_template
+from tern.engine.rule import Rule
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
 INPUTS = {"keras.Input", "keras.layers.Input", "keras.layers.InputLayer"}
@@ -194,7 +194,7 @@ class SequentialRule(Rule):
         lines.append("    else:\n        x = layer(x)\n" if branches else "    x = layer(x)\n")
         lines.append("return x\n")
         body = list(cst.parse_module("".join(lines)).body)
-        from tern.targets import respell
+        from tern.engine.targets import respell
 
         body = [respell(b, ctx.plan) for b in body]
         cls = compact_module(ctx, cls_name, ["inputs"], body,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 SHAPE = m.Attribute(attr=m.Name("shape")) | m.Call(func=m.Attribute(attr=m.Name("get_shape")), args=[])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 REASON = ("this layer has an activity regularizer and is called again in the same pass: Keras adds one "
           "penalty per call, the translation keeps the last one only; call a separate layer, or add "

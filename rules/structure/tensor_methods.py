@@ -24,8 +24,8 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
-from tern.support_module import names as support_names
+from tern.engine.rule import Rule
+from tern.engine.support_module import names as support_names
 from tern_rules.structure.input_gradient_tape import Put
 from tern_rules.structure.keras_class import KerasClass
 
@@ -151,7 +151,7 @@ def _support_members() -> dict[str, frozenset[str]]:
     definitions it uses (``_tern_layer`` reaches KerasLayer and KerasVariable: ``assign``)."""
     import ast
 
-    from tern.support_module import definitions
+    from tern.engine.support_module import definitions
 
     defined = definitions()
     own: dict[str, set[str]] = {}

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.names import short_name
-from tern.render import code
-from tern.rule import Rule
+from tern.engine.names import short_name
+from tern.engine.render import code
+from tern.engine.rule import Rule
 
 
 class _Refs(cst.CSTVisitor):

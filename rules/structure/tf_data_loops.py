@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.datasets import parse_expression
-from tern.render import code, expand_template
-from tern.rule import Rule
+from tern.features.tf_data.datasets import parse_expression
+from tern.engine.render import code, expand_template
+from tern.engine.rule import Rule
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:

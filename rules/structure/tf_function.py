@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 TF_FUNCTION = "tensorflow.function"
 

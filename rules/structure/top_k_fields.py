@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 SOURCES = frozenset({"tensorflow.math.top_k", "tensorflow.nn.top_k"})
 FIELDS = {"values": "0", "indices": "1"}

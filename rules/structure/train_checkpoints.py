@@ -17,7 +17,7 @@ checkpoints of the train state.
 The checkpoint holds the whole train state (params, optax state, step, model collections,
 dropout key) and integer ``tf.Variable`` counters, as mutable KerasCounter attributes
 (rules/support/KerasCheckpoint.py, KerasCheckpointManager.py, KerasCounter.py). Which
-functions qualify, and why others do not, is decided in ``tern/train_checkpoints.py``;
+functions qualify, and why others do not, is decided in ``tern/features/training/train_checkpoints.py``;
 ``train_state_callers.py`` threads the state through them. Anything else is left with a
 TODO and its reason.
 """
@@ -27,13 +27,13 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
-from tern.train_checkpoints import INT_DTYPES, RESTORE_CHAINS
+from tern.engine.rule import Rule
+from tern.features.training.train_checkpoints import INT_DTYPES, RESTORE_CHAINS
 
 CHECKPOINT = "tensorflow.train.Checkpoint"
 MANAGER = "tensorflow.train.CheckpointManager"
 GENERIC = ("translated only in a package function that checkpoints the model and optimizer it is passed, "
-           "with integer tf.Variable counters (tern/train_checkpoints.py)")
+           "with integer tf.Variable counters (tern/features/training/train_checkpoints.py)")
 
 
 def _sig(ctx):

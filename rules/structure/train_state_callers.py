@@ -1,6 +1,6 @@
 """Package functions around a translated step pass the train state along.
 
-A *threader* (``tern/train_steps.py``) took the model and optimizer and handed them to a
+A *threader* (``tern/features/training/train_steps.py``) took the model and optimizer and handed them to a
 step; it now takes ``state`` where the model was, rebinds it from every training call
 (``state, loss = train_step(state, ...)``; a call nested in an expression is hoisted into
 the statement before it) and returns ``(state, what it returned)``. A *reader* took a
@@ -17,8 +17,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
-from tern.train_steps import OPTIMIZER_READS, UNROLLED
+from tern.engine.rule import Rule
+from tern.features.training.train_steps import OPTIMIZER_READS, UNROLLED
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
 
 
@@ -172,7 +172,7 @@ class _Thread(cst.CSTTransformer):
 
 class _Unroll(cst.CSTTransformer):
     """``xs = [f(x) for x in items]`` (or ``return [...]``) holding a training call becomes a loop
-    appending to ``xs``, so the call can rebind the state (tern/train_steps.py ``unrollable``)."""
+    appending to ``xs``, so the call can rebind the state (tern/features/training/train_steps.py ``unrollable``)."""
 
     def __init__(self, updating: set[str]):
         self.updating = updating
@@ -258,7 +258,7 @@ class TrainStateCallersRule(Rule):
 
     @staticmethod
     def _multi(ctx, original, updated, sig):
-        """A threader of several train states (tern/multi_state_steps.py): each model becomes its
+        """A threader of several train states (tern/features/training/multi_state_steps.py): each model becomes its
         state, the optimizers and their ``build`` go, training calls rebind every state."""
         states = sig.states
         body = [s for s in updated.body.body if not any(_is_build(s, _Pair(m, o)) for _, m, o in states)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 
 class TrainingHelpersRule(Rule):

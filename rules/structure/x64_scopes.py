@@ -20,7 +20,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 #: TF ops whose result dtype is their inputs' or the one they are given (canonical sources)
 PRESERVING = frozenset({

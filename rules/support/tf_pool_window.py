@@ -3,7 +3,7 @@
 ``tf.nn.max_pool`` (``avg_pool``, and their 1d/2d/3d forms) take an int, or a list of 1, N
 or N + 2 ints for an N-D pool, the N + 2 form with 1 for the batch and the channels (NHWC);
 flax.linen's ``max_pool``/``avg_pool`` take the N spatial sizes. The translation converts
-literals itself (tern/convert.py) and calls this for a variable such as
+literals itself (tern/engine/convert.py) and calls this for a variable such as
 ``window = [1, h, w, 1]``.
 """
 

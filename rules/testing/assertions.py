@@ -15,10 +15,10 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from tern.convert import Refusal
-from tern.records import _api
-from tern.render import bind, expand_template, map_arguments
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.records import _api
+from tern.engine.render import bind, expand_template, map_arguments
+from tern.engine.rule import Rule
 
 TABLE = Path(__file__).with_name("assertions.toml")
 

@@ -13,7 +13,7 @@ keeps the two in step (``support/registry_trainer.py``)::
 
 ``_tern_trainer(model)`` hands the registry's variables (the newest: the trainer writes
 every change back) to the trainer and returns it; ``_tern_shared(model)`` does the same
-for a model a package function is about to compile or fit (``tern/compiled_models.py``
+for a model a package function is about to compile or fit (``tern/features/training/compiled_models.py``
 knows which parameters those are) and returns the model. A model is known when the
 registry knows it, or when it comes from a package function that returns the model it
 is given (``compile_classifier(build_classifier())``). A model whose Keras ``fit`` the
@@ -27,10 +27,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.compiled_models import TRAINER_METHODS, refusal
-from tern.convert import Refusal
-from tern.rule import Rule
-from tern.trainer_calls import call_refusal, rewrite
+from tern.features.training.compiled_models import TRAINER_METHODS, refusal
+from tern.engine.convert import Refusal
+from tern.engine.rule import Rule
+from tern.features.training.trainer_calls import call_refusal, rewrite
 
 HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
 INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 EAGER_ALSO = ("run_all_keras_modes", "run_v2_only", "run_in_graph_and_eager_modes")
 GENERATE = "generate"

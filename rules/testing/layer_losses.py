@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 from tern_rules.testing import module_calls
 
 SUPPORT = "keras_model_losses"

@@ -17,9 +17,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.convert import Refusal
-from tern.render import bind
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.render import bind
+from tern.engine.rule import Rule
 
 PARAMS = ["layer_cls", "kwargs", "input_shape", "input_dtype", "input_data", "expected_output",
           "expected_output_dtype", "expected_output_shape", "validate_training", "adapt_data",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 from tern_rules.structure.sequential import becomes_nn_sequential
 
 
@@ -295,7 +295,7 @@ class ModuleCallsRule(Rule):
     def _get_layer(ctx, kind, updated, within=()):
         """``model.get_layer(name)`` -> ``_tern_layer(model, name)``; ``model.encoder.get_layer(name)`` ->
         ``_tern_layer(model, name, within=("encoder",))``. Keras names are unique in a model and a
-        functional model's layers keep theirs as Flax names (tern/layers.py), so a name found at the top of the
+        functional model's layers keep theirs as Flax names (tern/engine/layers.py), so a name found at the top of the
         variables tree is that layer; one not found (a Keras auto name, a layer without variables) raises there."""
         args = [a for a in updated.args if not a.star]
         if len(args) != 1 or len(updated.args) != 1 or (args[0].keyword and args[0].keyword.value != "name"):

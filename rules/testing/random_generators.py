@@ -14,9 +14,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.convert import Refusal
-from tern.render import api_call
-from tern.rule import Rule
+from tern.engine.convert import Refusal
+from tern.engine.render import api_call
+from tern.engine.rule import Rule
 
 SOURCE = "tensorflow.random.Generator"
 MAKERS = frozenset({f"{SOURCE}.from_seed", f"{SOURCE}.from_non_deterministic_state", SOURCE,

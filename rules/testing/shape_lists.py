@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 ASSERTIONS = frozenset({"assertEqual", "assertEquals"})
 SHAPE = m.Attribute(attr=m.Name("shape"))

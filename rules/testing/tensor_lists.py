@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 ASSERTIONS = frozenset({"assertEqual", "assertEquals"})
 NUMBER = m.Integer() | m.Float() | m.UnaryOperation(operator=m.Minus(), expression=m.Integer() | m.Float())

@@ -27,7 +27,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, _is_tape_with, _names, _tape_uses, plain_tape,
                                                        stores)
 

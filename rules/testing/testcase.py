@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 
 TESTCASE = "tensorflow.test.TestCase"
 MAIN = "tensorflow.test.main"

@@ -43,7 +43,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.rule import Rule
+from tern.engine.rule import Rule
 from tern_rules.testing.module_calls import _layout_layers, _package_reaches, assigned_pairs, remember_tuple_return
 
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from tern.agent.units import Unit
-from tern.report import TODO_MARK
+from tern.engine.report import TODO_MARK
 
 #: top-level modules a translated unit may import (besides the package itself)
 ALLOWED_IMPORTS = frozenset({

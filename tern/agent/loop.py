@@ -30,7 +30,7 @@ from tern.agent.prompt import UnitContext, messages
 from tern.agent.splice import SpliceError, splice
 from tern.agent.tokens import answer_allowance
 from tern.agent.units import PackageIndex, Unit
-from tern.runner import write_atomic
+from tern.engine.runner import write_atomic
 from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig

@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from tern.records import tables
+from tern.engine.records import tables
 
 SYSTEM = """You translate one unit (a function, a method or a class) of a TensorFlow/Keras code base to JAX and Flax (flax.linen), inside an automated migration whose other code was translated by rules.
 

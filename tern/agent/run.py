@@ -11,7 +11,7 @@ from tern.agent.config import LLMConfig
 from tern.agent.llm import ChatModel, OpenAIChat
 from tern.agent.loop import AgentReport, Budget, PackageAgent
 from tern.agent.pacing import Pacing
-from tern.report import Edit, RunReport, Todo, TODO_MARK
+from tern.engine.report import Edit, RunReport, Todo, TODO_MARK
 
 
 async def run_agent(pairs: list[tuple[Path, Path]], *, config: LLMConfig, project: Path, daemon: str = "auto",

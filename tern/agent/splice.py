@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from tern.agent.units import Unit
-from tern.names import import_bindings
-from tern.report import TODO_MARK
-from tern.targets import names_in_use
+from tern.engine.names import import_bindings
+from tern.engine.report import TODO_MARK
+from tern.engine.targets import names_in_use
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tern.report import TODO_MARK
-from tern.support_module import is_generated
+from tern.engine.report import TODO_MARK
+from tern.engine.support_module import is_generated
 from tern.verify.record import is_test_file
 
 

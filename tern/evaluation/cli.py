@@ -89,7 +89,7 @@ class LineProgress:
 
 
 def _write(path: Path, text: str) -> None:
-    from tern.runner import write_atomic
+    from tern.engine.runner import write_atomic
 
     write_atomic(path, text.encode("utf-8"))
 

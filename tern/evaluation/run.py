@@ -127,7 +127,7 @@ def facts_from_report(report: dict, out: Path, package: str, seconds: float) -> 
 
 def migrate_rules(source: str, out: str) -> Translation:
     """Rules only, into a fresh ``out`` (a stale module from an earlier run must not be verified)."""
-    from tern.runner import migrate, write_atomic
+    from tern.engine.runner import migrate, write_atomic
 
     started = time.perf_counter()
     target = Path(out)
@@ -152,7 +152,7 @@ def _described(exc: BaseException) -> str:
 def migrate_with_agent(cases: list[Case], options: Options) -> dict[str, Translation]:
     """Rules for every case, then the LLM agent on what they left, sharing one budget."""
     from tern.evaluation import llm
-    from tern.runner import migrate, write_atomic
+    from tern.engine.runner import migrate, write_atomic
 
     done: dict[str, Translation] = {}
     reports: dict[str, tuple[Any, float]] = {}
@@ -250,7 +250,7 @@ def _finish(result: CaseResult, case: Case) -> CaseResult:
 
 def _run_pending(pending: list[Case], configs: dict, keyed: dict, options: Options, cache: Any, state: Path,
                  results: dict[str, CaseResult], info: dict, progress: Progress) -> None:
-    from tern.runner import migrate  # noqa: F401 - imported before any fork: workers inherit it
+    from tern.engine.runner import migrate  # noqa: F401 - imported before any fork: workers inherit it
 
     migrating = [c for c in pending if c.original is None]
     prepared: dict[str, Translation] = {}

@@ -4,7 +4,7 @@ modules hold code.
 "TensorFlow left" is any import of ``tensorflow``, ``keras`` or ``tf_keras``, except
 TensorFlow used only for ``tf.data`` input pipelines: a fine data loader for JAX, which
 the migration keeps on purpose (an import whose every use is allowed TF use, as
-``tern/kept.py`` reads it against ``rules/allowed/``: tf.data outside jitted code, TF ops
+``tern/features/tf_data/kept.py`` reads it against ``rules/allowed/``: tf.data outside jitted code, TF ops
 in the functions tf.data runs in its graph).
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tern.kept import read_tree
-from tern.report import TODO_MARK
-from tern.support_module import is_generated
+from tern.features.tf_data.kept import read_tree
+from tern.engine.report import TODO_MARK
+from tern.engine.support_module import is_generated
 from tern.verify.record import is_test_file
 
 

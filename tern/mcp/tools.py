@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tern.report import TODO_LINE
+from tern.engine.report import TODO_LINE
 
 
 
@@ -37,7 +37,7 @@ def translate(path: str, unit: str | None = None) -> dict[str, Any]:
     """Translate a package, or one file (in its package's context when it lies in one);
     with ``unit`` (a function or class of that file, ``Name`` or ``Class.method``), also
     that unit's translated source and TODOs. Nothing is written beside ``path``."""
-    from tern.runner import migrate
+    from tern.engine.runner import migrate
 
     source = _existing(path)
     if unit and not source.is_file():
@@ -192,7 +192,7 @@ async def run_test(path: str, test: str, original: str | None = None, *, project
 def explain_todo(path: str, line: int) -> dict[str, Any]:
     """The TODO at ``path:line`` (on that line, or the comment just above it), the table
     row behind it, and why it was left."""
-    from tern.records import tables
+    from tern.engine.records import tables
 
     file = _existing(path)
     if not file.is_file():

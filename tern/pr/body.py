@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from tern.pr.packages import Package
-from tern.report import RunReport
+from tern.engine.report import RunReport
 from tern.verify.report import PackageReport, to_markdown
 
 BODY_LIMIT = 65536

@@ -290,7 +290,7 @@ class Bot:
         return self._pull_request(unit, items, head, pushed=pushed, old=remote_tip, verified=verified, scratch=scratch)
 
     def _migrate(self, package: Package, scratch: Path) -> tuple[Migrated, dict[str, Path]]:
-        from tern.runner import migrate, write_atomic
+        from tern.engine.runner import migrate, write_atomic
 
         out = scratch / package.out_rel
         try:
@@ -317,7 +317,7 @@ class Bot:
             return {}
         import anyio
 
-        from tern.runner import write_atomic
+        from tern.engine.runner import write_atomic
         from tern.verify.cli import Target, verify_targets
         from tern.verify.report import to_json, to_markdown
 

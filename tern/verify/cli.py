@@ -31,7 +31,7 @@ def _report_source(translated: Path) -> Path | None:
     report = translated.with_name(translated.name + ".tern-report.json")
     if not report.is_file():
         return None
-    from tern.report import ReportError, read_report
+    from tern.engine.report import ReportError, read_report
 
     try:
         return Path(read_report(report)["source"])
@@ -132,7 +132,7 @@ def finish(reports: list[PackageReport], info: dict, targets: list[Target], json
            *, cwd: Path | None = None) -> int:
     """Show the result, write the JSON report and name it; the exit code. ``json_path`` is
     shown as given and, when relative, written under ``cwd`` (the caller's directory)."""
-    from tern.runner import write_atomic
+    from tern.engine.runner import write_atomic
 
     render(reports, info, out)
     first = targets[0].translated

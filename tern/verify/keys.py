@@ -39,7 +39,7 @@ def versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 def tern_fingerprint() -> str:
     """Hash of tern's code and rule tables: any change to either re-verifies."""
     import tern
-    from tern.records import rules_root
+    from tern.engine.records import rules_root
 
     h = hashlib.sha256()
     for root in (Path(tern.__file__).parent, rules_root()):

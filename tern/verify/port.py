@@ -4,7 +4,7 @@ Runs where Keras is imported (the TF worker). A unit is one Keras layer's ported
 variables, ``{"scope", "path", "layer", "tree"}``:
 
 - built-in Keras layers are ported through their rule record's weight map
-  (``tern.weights``), so kernels are transposed, split or reshaped exactly as the
+  (``tern.weights.port``), so kernels are transposed, split or reshaped exactly as the
   translation's Flax layer expects;
 - a package-defined layer is walked by attribute, which is how the structure rules
   name Flax submodules (``self.dense1`` -> ``dense1``, list items -> ``name_0``);
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tern.weights import ValueOf, port_layer_weights, record_for, variable_path, variable_value
+from tern.weights.port import ValueOf, port_layer_weights, record_for, variable_path, variable_value
 
 import functools
 

@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.support_module import is_generated
+from tern.engine.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
 from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
-from tern.weights import variable_path
+from tern.weights.port import variable_path
 
 COTANGENT_SEED = 1234
 

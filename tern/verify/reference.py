@@ -26,7 +26,7 @@ import numpy as np
 from tern.sandbox.jobs import OUTPUT
 from tern.verify.arrays import build, pack, read_case, shift, unpack, write_case
 from tern.verify.port import keras_units
-from tern.weights import variable_path
+from tern.weights.port import variable_path
 
 
 def reference_float64(payload: dict, scratch: Path) -> dict:

@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from tern.kept import tree_keeps_only_allowed_tf
+from tern.features.tf_data.kept import tree_keeps_only_allowed_tf
 from tern.sandbox.jobs import Job, JobResult
 from tern.verify import keys
 from tern.verify.cache import Cache

@@ -1,6 +1,6 @@
 """Which top-level functions of a module are training steps, read from the source.
 
-The decision is tern's own (``tern/train_steps.py``, which the rules translate by): a
+The decision is tern's own (``tern/features/training/train_steps.py``, which the rules translate by): a
 *step* takes a model M and an optimizer O as parameters and trains M with one
 ``tf.GradientTape`` and ``O.apply_gradients``; its translation takes a train state where M
 was, drops O and returns ``(state, original_return)``, which is what the training replay
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tern.train_steps import SEVERAL_OPTIMIZERS, analyse, step_refusal
+from tern.features.training.train_steps import SEVERAL_OPTIMIZERS, analyse, step_refusal
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def find_steps(source: str) -> list[Step]:
 
 
 def _multi_reason(fn: ast.FunctionDef) -> str:
-    """Why a step over several train states (tern/multi_state_steps.py) is not replayed."""
+    """Why a step over several train states (tern/features/training/multi_state_steps.py) is not replayed."""
     reason = ("a step over several train states (one per optimizer): the training replay runs one-state steps "
               "only (tests/test_multi_state_steps.py compares such a step with Keras over three steps)")
     draws = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ".random." in f".{ast.unparse(n.func)}."]

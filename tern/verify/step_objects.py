@@ -109,7 +109,7 @@ def rebuild_problem(source: str, config: dict) -> str:
 def translated_value(source: str) -> tuple[Any, str]:
     """The value of tern's translation of ``y = <source>``, or ``(None, reason)`` when the
     translation leaves a TODO (the tables do not cover some argument)."""
-    from tern.translate import translate_source
+    from tern.engine.translate import translate_source
 
     result = translate_source(HEADER + f"y = {source}\n", support_module="tern_rules.support")
     todos = [t for t in result.todos if t.construct != "import tensorflow"]

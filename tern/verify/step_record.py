@@ -37,7 +37,7 @@ from tern.verify.port import keras_units
 from tern.verify.step_copies import as_numpy, run_session
 from tern.verify.step_find import Step, find_steps
 from tern.verify.step_objects import NotRenderable, keras_class, keras_source
-from tern.weights import variable_path
+from tern.weights.port import variable_path
 
 RANDOM_ATTRIBUTES = ("rate", "dropout", "recurrent_dropout", "stddev")
 _INHERITED = object()  # an attribute the class inherits: undone by deleting the patch

@@ -77,7 +77,7 @@ def _support(module: Any, name: str) -> Any:
     copies it verbatim; a package whose files never name it has none)."""
     import importlib
 
-    from tern.support_module import SUPPORT_MODULE
+    from tern.engine.support_module import SUPPORT_MODULE
 
     if hasattr(module, name):
         return getattr(module, name)

@@ -7,7 +7,7 @@ orbax. Everything is written in a private directory under ``.tern/weights/`` and
 to ``--out`` whole at the end, so ``--out`` never holds half an output.
 
 ``--out`` receives ``tern-weights.json`` and, unless the port failed, ``checkpoint/``
-(see ``tern.weights_io``). Exit 0: the replay matches; 1: a mismatch or a port that
+(see ``tern.weights.checkpoint``). Exit 0: the replay matches; 1: a mismatch or a port that
 cannot be made; 2: bad usage.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tern.verify.arrays import pack, unpack
-from tern.weights_io import CHECKPOINT, REPORT, publish
+from tern.weights.checkpoint import CHECKPOINT, REPORT, publish
 
 FORMATS = ("keras", "h5", "checkpoint", "savedmodel")
 _MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

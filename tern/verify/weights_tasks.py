@@ -306,7 +306,7 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
     from tern.verify.arrays import build
     from tern.verify.graft import graft
     from tern.verify.replay import _call_kwargs, compare
-    from tern.weights_io import describe, save_variables
+    from tern.weights.checkpoint import describe, save_variables
 
     meta, arrays = read_case(Path(payload["case"]), "case")
     origin = meta["origin"]

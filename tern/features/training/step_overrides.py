@@ -21,7 +21,7 @@ The class must list its trackers in a ``metrics`` property (Keras resets ``model
 at every epoch of ``fit`` and at the start of ``evaluate``; without the property Keras'
 own list also holds the compiled loss and every tracked sublayer's metrics). Decided
 package-wide, once, on Python's ``ast``; ``rules/structure/keras_step_override.py``
-rewrites, ``tern/compiled_models.py`` lets ``fit``/``evaluate`` through.
+rewrites, ``tern/features/training/compiled_models.py`` lets ``fit``/``evaluate`` through.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from tern.train_steps import TRAINABLE, _is_tape, _own_nodes, _tail
+from tern.features.training.train_steps import TRAINABLE, _is_tape, _own_nodes, _tail
 
 TRANSLATED = ("train_step", "test_step")
 #: names the translation introduces inside the method

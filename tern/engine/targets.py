@@ -11,8 +11,8 @@ import ast
 
 import libcst as cst
 
-from tern.names import _ast_scope, dotted_name, import_bindings
-from tern.records import TargetModule
+from tern.engine.names import _ast_scope, dotted_name, import_bindings
+from tern.engine.records import TargetModule
 
 
 def attribute_chain(dotted: str) -> cst.BaseExpression:

@@ -78,7 +78,7 @@ class WeightMapEntry:
 
     ``flax`` is a ``/``-joined path whose first element is the collection
     (``params`` or ``batch_stats``). ``transform`` names a function in
-    ``tern.weights`` with its arguments, e.g. ``"reshape_depthwise"``.
+    ``tern.weights.port`` with its arguments, e.g. ``"reshape_depthwise"``.
     """
 
     keras: str
@@ -105,7 +105,7 @@ class LayerRecord:
     ``key`` defaults to ``value``). ``regularizers`` names, per regularizer parameter, the
     Keras variable it penalizes (its Flax param comes from ``weights``) or ``outputs`` for
     the activity regularizer: the layer is then wrapped to record those loss terms
-    (``tern/regularizers.py``).
+    (``tern/engine/regularizers.py``).
     """
 
     source: str

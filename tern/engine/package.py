@@ -11,10 +11,10 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tern.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
-from tern.datasets import PackageDatasets, Resolver, scan_module as scan_datasets
-from tern.draws import close_over_calls, draws_directly, key_is_free
-from tern.train_steps import TrainSig, analyse
+from tern.features.training.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
+from tern.features.tf_data.datasets import PackageDatasets, Resolver, scan_module as scan_datasets
+from tern.features.random_draws.draws import close_over_calls, draws_directly, key_is_free
+from tern.features.training.train_steps import TrainSig, analyse
 
 KERAS_BASES = {"Layer", "Model", "BaseRandomLayer"}  # tails: BaseRandomLayer is Keras 2's seeded Layer
 
@@ -118,15 +118,15 @@ class PackageInfo:
     model_builders: set[str] = field(default_factory=set)
     #: class or function name -> names it calls (layer classes, package classes, helpers)
     calls: dict[str, set[str]] = field(default_factory=dict)
-    #: training steps and the functions that pass their state along (``tern/train_steps.py``)
+    #: training steps and the functions that pass their state along (``tern/features/training/train_steps.py``)
     train: dict[str, TrainSig] = field(default_factory=dict)
     #: function name -> why its training step (or its state passing) is not translated
     train_refusals: dict[str, str] = field(default_factory=dict)
     #: top-level functions of non-test modules, analysed for training once all are seen
     functions: list[ast.FunctionDef] = field(default_factory=list, repr=False)
-    #: which package functions return a tf.data dataset, whether tf.data is used (``tern/datasets.py``)
+    #: which package functions return a tf.data dataset, whether tf.data is used (``tern/features/tf_data/datasets.py``)
     datasets: PackageDatasets = field(default_factory=PackageDatasets)
-    #: which names hold compiled Keras models, and what keeps their fit from the trainer (``tern/compiled_models.py``)
+    #: which names hold compiled Keras models, and what keeps their fit from the trainer (``tern/features/training/compiled_models.py``)
     models: ModelFacts = field(default_factory=ModelFacts)
     #: top-level functions that return a Keras optimizer they build (``return keras.optimizers.Adam(...)``)
     optimizer_factories: set[str] = field(default_factory=set)
@@ -139,7 +139,7 @@ class PackageInfo:
     #: (``return x.__class__.from_config(x.get_config())``, recommenders' ``_clone_initializer``)
     config_copies: set[str] = field(default_factory=set)
     #: top-level functions of non-test modules that draw from TF's global random state, directly or
-    #: through another (``tern/draws.py``): they take a ``key``, and callers pass one
+    #: through another (``tern/features/random_draws/draws.py``): they take a ``key``, and callers pass one
     drawing_functions: set[str] = field(default_factory=set)
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
@@ -344,7 +344,7 @@ def _optimizer_tuple_size(fn: ast.FunctionDef) -> int | None:
 
 def training_layer_names() -> frozenset[str]:
     """Class names of the layers whose call mapping uses the training flag (from the tables)."""
-    from tern.records import DROP, tables
+    from tern.engine.records import DROP, tables
 
     return frozenset(
         name.rsplit(".", 1)[-1]

@@ -16,10 +16,10 @@ A ``fit`` on a model whose sources (the classes and functions it came through) c
 Keras' fit does in a way the trainer cannot reproduce is refused, with the reason: layers
 frozen with ``trainable = False`` inside a class (a package function's freezing reaches the
 trainer through the module's ``KerasTrainable`` table), ``train_step``/``test_step`` overrides that
-``tern/step_overrides.py`` does not translate (those it translates the trainer runs). (Regularization
+``tern/features/training/step_overrides.py`` does not translate (those it translates the trainer runs). (Regularization
 losses are not among them: translated modules sow them into the ``losses`` collection, which
 the trainer adds to the loss as Keras adds ``model.losses``.) The rewrites live in
-``tern/trainer_calls.py`` and the two rules that use it.
+``tern/features/training/trainer_calls.py`` and the two rules that use it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from tern.step_overrides import ClassSteps, analyse_class
+from tern.features.training.step_overrides import ClassSteps, analyse_class
 
 #: methods and attributes of a Keras model the trainer stands in for
 TRAINER_METHODS = frozenset({
@@ -56,7 +56,7 @@ class ModelFacts:
     keras_params: dict[str, frozenset[str]] = field(default_factory=dict)
     #: class -> the Keras training methods it overrides
     overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: class -> which of its overrides are translated, and why the others are not (``tern/step_overrides.py``)
+    #: class -> which of its overrides are translated, and why the others are not (``tern/features/training/step_overrides.py``)
     steps: dict[str, ClassSteps] = field(default_factory=dict)
     #: classes that set a ``trainable`` flag (package functions that do set the module's KerasTrainable table)
     freezing: set[str] = field(default_factory=set)

@@ -20,8 +20,8 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
-from tern.names import SOURCE_ROOTS, Canonicalizer, _ast_bindings
-from tern.records import AllowedRecord, Tables, tables as default_tables
+from tern.engine.names import SOURCE_ROOTS, Canonicalizer, _ast_bindings
+from tern.engine.records import AllowedRecord, Tables, tables as default_tables
 
 MODULE_SCOPE = ""  # the scope name of module-level code
 

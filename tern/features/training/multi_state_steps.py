@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from tern.train_steps import TRAINABLE, TrainSig, _is_tape, _nested_use, _own_nodes, _positional, _tail, _trainable_of
+from tern.features.training.train_steps import TRAINABLE, TrainSig, _is_tape, _nested_use, _own_nodes, _positional, _tail, _trainable_of
 
 
 def state_name(model: str) -> str:
@@ -245,7 +245,7 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
     Each training call becomes ``M1_state, M2_state, r = step(M1_state, M2_state, ...)``;
     ``O.build(M.trainable_variables)`` goes (the optax state is made with the train state).
     """
-    from tern.train_steps import _arg_at, _hoist_refusal, _is_build, _passing_calls, sig_name
+    from tern.features.training.train_steps import _arg_at, _hoist_refusal, _is_build, _passing_calls, sig_name
 
     params = _positional(fn)
     if params is None:
@@ -296,7 +296,7 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
 
 def advancing_loops(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> frozenset[int]:
     """Source-order indices of ``fn``'s loops with a training call inside: the state changes every iteration."""
-    from tern.train_steps import _passing_calls
+    from tern.features.training.train_steps import _passing_calls
 
     calls = [c for c, sig in _passing_calls(fn, sigs) if sig.updates]
     return frozenset(i for i, loop in enumerate(_loops(fn))

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.convert import CONVERTERS, ConvertContext, Refusal
-from tern.records import DROP, Signature
+from tern.engine.convert import CONVERTERS, ConvertContext, Refusal
+from tern.engine.records import DROP, Signature
 
 # Keyword arguments every Keras layer accepts that only matter to Keras' own bookkeeping.
 LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size"}
@@ -183,7 +183,7 @@ def commas(args: list[cst.Arg]) -> list[cst.Arg]:
 
 
 def _table_name(ctx, kind: str) -> str:
-    from tern.context import value_table_name
+    from tern.engine.context import value_table_name
 
     ctx.value_tables.add(kind)
     return value_table_name(kind)

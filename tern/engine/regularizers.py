@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.convert import CONVERTERS, Refusal
-from tern.records import LayerRecord
-from tern.render import Bound, expand_template
+from tern.engine.convert import CONVERTERS, Refusal
+from tern.engine.records import LayerRecord
+from tern.engine.render import Bound, expand_template
 
 #: the ``regularizers`` value that means "the layer's outputs" (``activity_regularizer``)
 OUTPUTS = "outputs"

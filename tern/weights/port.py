@@ -125,7 +125,7 @@ def transform_names() -> set[str]:
 
 def record_for(keras_layer: Any):
     """The layer record whose source is the Keras class of ``keras_layer``."""
-    from tern.records import tables
+    from tern.engine.records import tables
 
     name = f"keras.layers.{type(keras_layer).__name__}"
     record = tables().layers.get(name)

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from tern.convert import Refusal
-from tern.datasets import FileDatasets
-from tern.names import Scopes
-from tern.package import PackageInfo
-from tern.records import Tables
-from tern.render import RNG_KEYS, code
-from tern.report import Edit, Note, Todo
-from tern.targets import ImportPlan, respell
+from tern.engine.convert import Refusal
+from tern.features.tf_data.datasets import FileDatasets
+from tern.engine.names import Scopes
+from tern.engine.package import PackageInfo
+from tern.engine.records import Tables
+from tern.engine.render import RNG_KEYS, code
+from tern.engine.report import Edit, Note, Todo
+from tern.engine.targets import ImportPlan, respell
 
 # Flax RNG stream used for randomness that is not dropout (sampling layers, noise).
 NOISE_STREAM = RNG_KEYS["key"]
@@ -42,7 +42,7 @@ class FunctionFrame:
     layers: dict[str, LayerRef] = field(default_factory=dict)
     tags: set[str] = field(default_factory=set)
     # where a tf.random draw stands, for the key it takes (``FileContext.rng_key``): loops and
-    # tapes by source-order index, as tern/train_steps.py counts them on the ast
+    # tapes by source-order index, as tern/features/training/train_steps.py counts them on the ast
     loops_seen: int = 0
     loops: list[int] = field(default_factory=list)
     tapes_seen: int = 0
@@ -71,7 +71,7 @@ class FileContext:
     value_tables: set[str] = field(default_factory=set)
     #: per-file state of programmatic rules (rules themselves are shared singletons)
     rule_state: dict[str, object] = field(default_factory=dict)
-    #: tf.data facts of this file (``tern/datasets.py``); None when tf.data plays no part
+    #: tf.data facts of this file (``tern/features/tf_data/datasets.py``); None when tf.data plays no part
     datasets: FileDatasets | None = None
     #: TF left as written on purpose (an allowance, a graph function): read it after the pass
     kept_tf: bool = False
@@ -174,7 +174,7 @@ class FileContext:
         )
 
     def _folded_key(self, frame: FunctionFrame) -> cst.BaseExpression | Refusal:
-        """The i-th draw of a function that takes a ``key`` (``tern/draws.py``):
+        """The i-th draw of a function that takes a ``key`` (``tern/features/random_draws/draws.py``):
         ``jax.random.fold_in(key, i)``, a different key per draw site; a refusal where one
         site would draw again and again with the same key."""
         if frame.repeated or frame.loops:
@@ -188,7 +188,7 @@ class FileContext:
         """The key of a draw in a function that takes a train state: ``state.draw_key(site)``
         (support/KerasTrainState.py), where the state's step changes between any two draws
         at the same site; else a refusal (the draw would repeat its numbers)."""
-        from tern.multi_state_steps import draw_state
+        from tern.features.training.multi_state_steps import draw_state
 
         if frame.repeated:
             return Refusal("a draw inside a lambda or comprehension would take the same key every time; "

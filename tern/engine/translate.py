@@ -15,19 +15,21 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from tern import graph_functions, kept
-from tern.context import FileContext, FunctionFrame, LayerRef
-from tern.convert import Refusal
-from tern.datasets import file_datasets
-from tern.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
-from tern.package import PackageInfo, close_over_bases, scan_source, training_layer_names
-from tern.records import ApiRecord, Tables, tables as default_tables
-from tern.render import api_call, commas, bind, code, expand_template
-from tern.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
-from tern.rule import consumed_names, discover
-from tern.support_module import SUPPORT_MODULE, import_statement, names as support_names
-from tern.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
+from tern.features.tf_data import graph_functions
+
+from tern.features.tf_data import kept
+from tern.engine.context import FileContext, FunctionFrame, LayerRef
+from tern.engine.convert import Refusal
+from tern.features.tf_data.datasets import file_datasets
+from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
+from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
+from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
+from tern.engine.records import ApiRecord, Tables, tables as default_tables
+from tern.engine.render import api_call, commas, bind, code, expand_template
+from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
+from tern.engine.rule import consumed_names, discover
+from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
+from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Translation:
     todos: list[Todo] = field(default_factory=list)
     allowed: list[AllowedUse] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
-    #: what the file imports from its package's support module (``tern/support_module.py``)
+    #: what the file imports from its package's support module (``tern/engine/support_module.py``)
     support: tuple[str, ...] = ()
 
     @property
@@ -61,7 +63,7 @@ class _SourceRefs(cst.CSTVisitor):
 
     def __init__(self, ctx: FileContext, opaque: set[int] = frozenset()):
         self.ctx = ctx
-        self.opaque = opaque  # graph functions: checked on their own (tern/graph_functions.py)
+        self.opaque = opaque  # graph functions: checked on their own (tern/features/tf_data/graph_functions.py)
         self.found: list[str] = []
 
     def visit_Lambda(self, node) -> bool:
@@ -579,7 +581,7 @@ class Translator(cst.CSTTransformer):
                 if short in covered or name in self.consumed:
                     continue
                 if ctx.tables.allowance(name) is not None:
-                    ctx.kept_tf = True  # kept on purpose; the report lists it (tern/kept.py)
+                    ctx.kept_tf = True  # kept on purpose; the report lists it (tern/features/tf_data/kept.py)
                     continue
                 covered.add(short)
                 ctx.todo(short, _no_rule_reason(name, ctx.tables))
@@ -781,7 +783,7 @@ def translate_module(
     tables: Tables | None = None, source: str | None = None, support_module: str = SUPPORT_MODULE,
 ) -> Translation:
     """``support_module``: the dotted name the file imports support definitions from (the
-    package's generated module, ``tern/support_module.py``)."""
+    package's generated module, ``tern/engine/support_module.py``)."""
     tables = tables or default_tables()
     plan = ImportPlan(tables.modules)
     canonical = Canonicalizer(tables.canonical)

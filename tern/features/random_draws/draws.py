@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 import functools
 
-from tern.datasets import Resolver
-from tern.records import tables
+from tern.features.tf_data.datasets import Resolver
+from tern.engine.records import tables
 
 
 @functools.cache

@@ -47,7 +47,7 @@ class Definition:
 
 
 def support_root() -> Path:
-    from tern.records import rules_root
+    from tern.engine.records import rules_root
 
     return rules_root() / "support"
 

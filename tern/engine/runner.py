@@ -29,10 +29,10 @@ from typing import Callable, Iterable
 
 import libcst as cst
 
-from tern import support_module
-from tern.package import PackageInfo, scan_package
-from tern.report import FileResult, Note, RunReport
-from tern.translate import is_test_path, translate_module
+from tern.engine import support_module
+from tern.engine.package import PackageInfo, scan_package
+from tern.engine.report import FileResult, Note, RunReport
+from tern.engine.translate import is_test_path, translate_module
 
 SKIP_DIRS = {"__pycache__", ".git", ".tern", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 TMP_SUFFIX = ".tern-tmp"  # write_atomic's temporary files: ``.<name>.<random>.tern-tmp``

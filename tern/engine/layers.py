@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from tern import regularizers
-from tern.convert import Refusal
-from tern.records import DROP, LayerRecord
-from tern.render import LAYER_BOOKKEEPING, Bound, bind, build_call, code, expand_template, map_arguments
+from tern.engine import regularizers
+from tern.engine.convert import Refusal
+from tern.engine.records import DROP, LayerRecord
+from tern.engine.render import LAYER_BOOKKEEPING, Bound, bind, build_call, code, expand_template, map_arguments
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from tern.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
-from tern.names import _ast_bindings, _ast_scope, short_name
-from tern.records import Tables, tables as default_tables
-from tern.report import AllowedUse
+from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
+from tern.engine.names import _ast_bindings, _ast_scope, short_name
+from tern.engine.records import Tables, tables as default_tables
+from tern.engine.report import AllowedUse
 
 
 @dataclass(frozen=True)

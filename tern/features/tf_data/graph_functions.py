@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.datasets import MODULE_SCOPE, parse_expression
-from tern.names import short_name
-from tern.render import code
+from tern.features.tf_data.datasets import MODULE_SCOPE, parse_expression
+from tern.engine.names import short_name
+from tern.engine.render import code
 
 
 def _scope(ctx) -> str:

@@ -4,7 +4,7 @@ A ``tern weights`` output directory holds ``tern-weights.json`` (what was ported
 the replay compared) and ``checkpoint/`` (the variables tree, saved with orbax's
 ``StandardCheckpointer``)::
 
-    from tern.weights_io import load_variables
+    from tern.weights.checkpoint import load_variables
 
     variables = load_variables("weights/")  # {"params": ..., "batch_stats": ...}
     logits = MLPClassifier(hidden_units=64).apply(variables, x)

@@ -31,20 +31,20 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tern import train_checkpoints
+from tern.features.training import train_checkpoints
 
 #: names the rewritten functions introduce; a function already using one is left alone
 INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
 TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
 SEVERAL_OPTIMIZERS = ("several apply_gradients in one step, not each `O.apply_gradients(zip(g, M.trainable_variables))` "
-                      "after its own tape (see tern/multi_state_steps.py)")
+                      "after its own tape (see tern/features/training/multi_state_steps.py)")
 
 
 @dataclass(frozen=True)
 class TrainSig:
     """How a translated training function is called: state in ``model``'s place, ``optimizer`` dropped."""
 
-    kind: str  # "step", "threader", "reader" or "checkpointer" (``tern/train_checkpoints.py``)
+    kind: str  # "step", "threader", "reader" or "checkpointer" (``tern/features/training/train_checkpoints.py``)
     params: tuple[str, ...]
     model: str
     optimizer: str | None = None
@@ -54,7 +54,7 @@ class TrainSig:
     checkpoints: tuple[tuple[str, str], ...] = ()
     #: a threader that makes its optimizer (``optimizer``, a local) next to the model it is given
     builds: bool = False
-    #: several (model, optimizer) pairs, each its own ``<model>_state`` (``tern/multi_state_steps.py``)
+    #: several (model, optimizer) pairs, each its own ``<model>_state`` (``tern/features/training/multi_state_steps.py``)
     pairs: tuple[tuple[str, str], ...] = ()
     #: a multi-state step's tapes in source order: (state, indices of the loops around it)
     draws: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -305,7 +305,7 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
            and id(n) not in own for n in ast.walk(fn)):
         return None, "a training call inside a lambda or nested function cannot pass the state on; write a loop"
     if any(sig.updates and sig.pairs for _, sig in _passing_calls(fn, sigs)):
-        from tern import multi_state_steps
+        from tern.features.training import multi_state_steps
 
         return multi_state_steps.multi_threader(fn, sigs)
     pairs = set()
@@ -370,7 +370,7 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
         return None, "a generator"
-    from tern.multi_state_steps import advancing_loops
+    from tern.features.training.multi_state_steps import advancing_loops
 
     return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs),
                     builds=builds, advancing=advancing_loops(fn, sigs)), None
@@ -556,7 +556,7 @@ def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict
     """Signatures of the package's training functions, and refusals by function name."""
     sigs: dict[str, TrainSig] = {}
     refusals: dict[str, str] = {}
-    from tern import multi_state_steps  # it builds on this module's helpers
+    from tern.features.training import multi_state_steps  # it builds on this module's helpers
 
     several: list[ast.FunctionDef] = []
     for fn in functions:

@@ -125,7 +125,7 @@ def _dtype_refusal(ctx, source: str) -> str:
 
 
 def _is_target_side(func: cst.BaseExpression) -> bool:
-    from tern.names import dotted_name
+    from tern.engine.names import dotted_name
 
     return (dotted_name(func) or "").startswith(("nn.", "jax.", "jnp.", "functools.partial"))
 
@@ -238,7 +238,7 @@ def regularizer(node: cst.BaseExpression, ctx) -> Result:
     layers call ``keras.regularizers.get`` on it: a name is the table's regularizer, a
     callable is called, None adds no term (KerasRegularized skips it); anything else fails
     when called, so no penalty is lost silently. A TF symbol the tables do not know is refused."""
-    from tern.render import expand_template
+    from tern.engine.render import expand_template
 
     value = _literal(node)
     if value is None:

@@ -11,7 +11,7 @@ arguments pass through as written, except what Keras resolves by itself:
   (dict or nested literals), ``class_weight``, the strings ``"crossentropy"``/``"ce"``
   (chosen from run-time shapes), and callbacks without a translation in a literal list.
 
-Which receivers are models is ``tern/compiled_models.py``'s business; this module only
+Which receivers are models is ``tern/features/training/compiled_models.py``'s business; this module only
 rewrites one call for the two rules that use it (``structure/compiled_model_calls.py``,
 ``testing/compiled_model_calls.py``).
 """
@@ -23,9 +23,9 @@ import re
 
 import libcst as cst
 
-from tern.compiled_models import TRAINER_METHODS, refusal
-from tern.convert import Refusal
-from tern.render import code
+from tern.features.training.compiled_models import TRAINER_METHODS, refusal
+from tern.engine.convert import Refusal
+from tern.engine.render import code
 
 COMPILE = ("optimizer", "loss", "loss_weights", "metrics", "weighted_metrics", "run_eagerly",
            "steps_per_execution", "jit_compile", "auto_scale_loss")
@@ -65,7 +65,7 @@ def rewrite(ctx, original: cst.Call, updated: cst.Call, trainer: cst.BaseExpress
 
 def call_refusal(ctx, sources, call: cst.Call) -> str | None:
     """Why ``call`` (``model.<method>(...)`` on a model from ``sources``) cannot use the trainer, if it cannot:
-    ``tern/compiled_models.py``'s reason, and for a ``fit`` that validates, ``evaluate``'s too."""
+    ``tern/features/training/compiled_models.py``'s reason, and for a ``fit`` that validates, ``evaluate``'s too."""
     method = call.func.attr.value
     why = refusal(ctx.package.models, sources, ctx.package.reaches, method)
     if why is None and method == "fit":
@@ -187,4 +187,4 @@ def _fit_args(ctx, original: cst.Call, args: list[cst.Arg]) -> list[cst.Arg] | R
     return args
 
 
-_SUPPORT = re.compile(r"\{support:(\w+)\}")  # as in the API tables (tern/render.py)
+_SUPPORT = re.compile(r"\{support:(\w+)\}")  # as in the API tables (tern/engine/render.py)

@@ -1,6 +1,6 @@
 """Which package functions checkpoint a model and its optimizer with ``tf.train.Checkpoint``.
 
-Part of the training analysis (``tern/train_steps.py``), on Python's ``ast``. The translated
+Part of the training analysis (``tern/features/training/train_steps.py``), on Python's ``ast``. The translated
 checkpoint (rules/support/KerasCheckpoint.py) saves and restores the train state that
 threaders pass along, so the functions around it take part in the threading:
 
@@ -230,7 +230,7 @@ def restoring_pair(fn: ast.FunctionDef, sigs, params) -> set[tuple[str, str]]:
 
 
 def checkpointer(fn: ast.FunctionDef, sigs):
-    from tern.train_steps import INTRODUCED, TrainSig, _is_build, _nested_use, _own_nodes, _positional
+    from tern.features.training.train_steps import INTRODUCED, TrainSig, _is_build, _nested_use, _own_nodes, _positional
 
     params = _positional(fn)
     pair = checkpoint_pair(fn, sigs, params) if params else None
