@@ -36,7 +36,7 @@ import tensorflow as tf
 import tf_keras  # Keras 2 APIs Keras 3 dropped (keras.backend.random_bernoulli, BaseRandomLayer's RandomGenerator); tern reads tf_keras as keras
 
 from tern.engine.records import DROP, ApiRecord, load_tables
-from tern.engine.render import RNG_KEYS
+from tern.engine.templates import RNG_KEYS
 from tern.engine.support_module import definitions as support_definitions
 
 RULES = Path(__file__).resolve().parents[1] / "rules"

@@ -38,7 +38,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tern.engine.records import load_tables  # noqa: E402
-from tern.engine.render import expand_template  # noqa: E402
+from tern.engine.templates import expand_template  # noqa: E402
 from tern.engine.translate import translate_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,9 +27,10 @@ from __future__ import annotations
 import libcst as cst
 
 from tern.features.training.compiled_models import TRAINER_METHODS, refusal
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
 from tern.features.training.trainer_calls import call_refusal, rewrite
+from tern.features.training import TrainingFacts
 
 HANDLED = "compiled_model_handled"  # ids of receivers' nodes this rule answered for (keras_training_api skips them)
 
@@ -39,7 +40,7 @@ def _sources(ctx, receiver: cst.BaseExpression):
     if not isinstance(receiver, cst.Name) or ctx.classes or len(ctx.frames) > 1:
         return None
     scope = ctx.frames[0].name if ctx.frames else ""
-    return ctx.package.models.receivers.get(scope, {}).get(receiver.value)
+    return ctx.package.fact(TrainingFacts).models.receivers.get(scope, {}).get(receiver.value)
 
 
 def trainer_of(receiver: cst.BaseExpression) -> cst.Call:
@@ -78,7 +79,7 @@ class CompiledModelCallsRule(Rule):
         if not (isinstance(inner, cst.Attribute) and inner.attr.value == "optimizer"):
             return None
         sources = _sources(ctx, inner.value)
-        if sources is None or isinstance(sources, str) or refusal(ctx.package.models, sources, ctx.package.reaches, "fit"):
+        if sources is None or isinstance(sources, str) or refusal(ctx.package.fact(TrainingFacts).models, sources, ctx.package.reaches, "fit"):
             return None
         if original.attr.value != "iterations":
             ctx.todo(f"{inner.value.value}.optimizer.{original.attr.value}",

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
+from tern.features.random_draws import DrawFacts
 
 KEY = "key"
 
@@ -27,13 +28,13 @@ class DrawingFunctionsRule(Rule):
     order = 26
 
     def visit_function(self, ctx, node):
-        if node.name.value in ctx.package.drawing_functions and len(ctx.frames) == 1 and not ctx.frame.in_module_method \
+        if node.name.value in ctx.package.fact(DrawFacts).functions and len(ctx.frames) == 1 and not ctx.frame.in_module_method \
                 and not ctx.is_test and ctx.keras_class is None:
             ctx.frame.tags.add("drawing_function")
 
     def leave_call(self, ctx, original, updated):
         name = original.func.value if isinstance(original.func, cst.Name) else None
-        if name is None or name not in ctx.package.drawing_functions or ctx.frame is None:
+        if name is None or name not in ctx.package.fact(DrawFacts).functions or ctx.frame is None:
             return None
         if any(a.keyword is not None and a.keyword.value == KEY for a in updated.args):
             return None

@@ -30,6 +30,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
+from tern.features.training import TrainingFacts
 
 TAPE = "tensorflow.GradientTape"
 GENERIC = "a tape outside a training step tern recognizes (see tern/features/training/train_steps.py); use jax.grad / jax.value_and_grad"
@@ -119,7 +120,7 @@ class GradientTapeStepRule(Rule):
     order = 45  # after tf_function.py has chosen between jax.jit and eager
 
     def visit_function(self, ctx, node):
-        sig = ctx.package.train.get(node.name.value)
+        sig = ctx.package.fact(TrainingFacts).steps.get(node.name.value)
         if sig is not None and sig.kind == "step" and not sig.pairs and len(ctx.frames) == 1 and not ctx.is_test \
                 and not ctx.frame.in_module_method:  # several pairs: multi_state_step.py
             ctx.frame.tags.add("train_step")
@@ -139,12 +140,12 @@ class GradientTapeStepRule(Rule):
             if not reasons:
                 return rewritten
             generic = TEST_TAPE if ctx.is_test else GENERIC
-            refusal = None if ctx.is_test else ctx.package.train_refusals.get(ctx.frame.name)
+            refusal = None if ctx.is_test else ctx.package.fact(TrainingFacts).refusals.get(ctx.frame.name)
             ctx.todo("tf.GradientTape", refusal or next((r for r in reasons if r), generic))
             return None
         if "train_step" not in ctx.frame.tags:
             return None
-        sig = ctx.package.train[original.name.value]
+        sig = ctx.package.fact(TrainingFacts).steps[original.name.value]
         body = list(updated.body.body)
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.With) and "GradientTape" in cst.Module([]).code_for_node(s.items[0].item))
         tape = body[at]

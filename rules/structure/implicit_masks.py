@@ -29,7 +29,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.package import class_masks
-from tern.engine.render import code, commas
+from tern.engine.render import commas
+from tern.engine.results import code
 from tern.engine.rule import Rule
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")

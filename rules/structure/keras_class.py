@@ -24,11 +24,13 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.context import LayerRef
-from tern.engine.convert import CONVERTERS, Refusal
-from tern.engine.render import code
+from tern.engine.convert import CONVERTERS
+from tern.engine.results import Refusal
+from tern.engine.results import code
 from tern.engine.rule import Rule
 from tern_rules.structure._setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
+from tern.features.training import TrainingFacts
 
 #: Keras 2's BaseRandomLayer (tf_keras, tf.keras before 2.16) is a Layer with a seeded generator,
 #: ``self._random_generator``: its draws take Flax's "dropout" stream (structure/random_generator.py)
@@ -181,7 +183,7 @@ def analyze(ctx, node: cst.ClassDef) -> KerasClass | None:
     if not is_keras:
         return None
     info = KerasClass(node.name.value, bases=frozenset(bases))
-    steps = ctx.package.models.steps.get(info.name)
+    steps = ctx.package.fact(TrainingFacts).models.steps.get(info.name)
     info.trackers = steps.trackers if steps is not None else ()
     methods = _methods(node)
     if "call" in methods:

@@ -36,6 +36,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.features.training import TrainingFacts
 
 TAG = "step_override"
 REFUSED = "step_override_refused"
@@ -77,7 +78,7 @@ class KerasStepOverrideRule(Rule):
         info = ctx.keras_class
         if info is None or info.refusal or len(ctx.frames) != info.frame_depth + 1:
             return None
-        steps = ctx.package.models.steps.get(info.name)
+        steps = ctx.package.fact(TrainingFacts).models.steps.get(info.name)
         return steps.plans.get(name) if steps is not None else None
 
     @staticmethod
@@ -85,7 +86,7 @@ class KerasStepOverrideRule(Rule):
         info = ctx.keras_class
         if info is None or info.refusal or len(ctx.frames) != info.frame_depth + 1:
             return None
-        steps = ctx.package.models.steps.get(info.name)
+        steps = ctx.package.fact(TrainingFacts).models.steps.get(info.name)
         return steps.refusals.get(name) if steps is not None else None
 
     def visit_function(self, ctx, node):

@@ -34,6 +34,7 @@ from tern.engine.rule import Rule
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
 from tern_rules.structure.input_gradient_tape import _is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
+from tern.features.training import TrainingFacts
 
 
 def _stmt(text: str) -> cst.BaseStatement:
@@ -69,14 +70,14 @@ class MultiStateStepRule(Rule):
     order = 45
 
     def visit_function(self, ctx, node):
-        sig = ctx.package.train.get(node.name.value)
+        sig = ctx.package.fact(TrainingFacts).steps.get(node.name.value)
         if sig is not None and sig.kind == "step" and sig.pairs and len(ctx.frames) == 1 and not ctx.frame.in_module_method:
             ctx.frame.tags.add("multi_step")
 
     def leave_function(self, ctx, original, updated):
         if "multi_step" not in ctx.frame.tags or len(ctx.frames) != 1:
             return None
-        sig = ctx.package.train[original.name.value]
+        sig = ctx.package.fact(TrainingFacts).steps[original.name.value]
         models = {model for model, _ in sig.pairs}
         fn = updated
         body = self._block(ctx, fn, list(fn.body.body), models)

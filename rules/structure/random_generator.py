@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst.matchers as m
 
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.render import api_call
 from tern.engine.rule import Rule
 from tern_rules.structure.keras_class import RANDOM_LAYER, KerasClass

@@ -12,11 +12,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.layers import apply_stateless, call_arguments
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.records import DROP
-from tern.engine.render import commas, expand_template
+from tern.engine.render import commas
+from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}

@@ -28,6 +28,7 @@ from tern.engine.rule import Rule
 from tern.engine.support_module import names as support_names
 from tern_rules.structure.input_gradient_tape import Put
 from tern_rules.structure.keras_class import KerasClass
+from tern.features.training import TrainingFacts
 
 TABLE = Path(__file__).with_name("tensor_methods.toml")
 RECEIVER = "__tern_receiver__"  # the template placeholder ``{receiver}``, parsed as a name
@@ -189,7 +190,7 @@ def _support_root(ctx, receiver: cst.BaseExpression) -> str | None:
         if bound is not None:
             return bound
         frame = ctx.frames[0] if ctx.frames else None
-        sig = ctx.package.train.get(frame.name) if frame is not None else None
+        sig = ctx.package.fact(TrainingFacts).steps.get(frame.name) if frame is not None else None
         if sig is not None and dict(sig.checkpoints).get(root.value) in CHECKPOINT_ROLES:
             return CHECKPOINT_ROLES[dict(sig.checkpoints)[root.value]]
     key = _self_key(receiver)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tern.engine.names import short_name
-from tern.engine.render import code
+from tern.engine.results import code
 from tern.engine.rule import Rule
 
 

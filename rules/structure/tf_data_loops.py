@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.features.tf_data.datasets import parse_expression
-from tern.engine.render import code, expand_template
+from tern.features.tf_data.datasets import FileDatasets, parse_expression
+from tern.engine.results import code
+from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
 
 
@@ -118,7 +119,7 @@ class TfDataLoopsRule(Rule):
     order = 90  # after the rules that restructure functions: it only wraps iterables
 
     def leave_function(self, ctx, original, updated):
-        facts = ctx.datasets
+        facts = ctx.file_fact(FileDatasets)
         frame = ctx.frame
         if facts is None or not facts.record.bridge or frame is None or frame.in_module_method:
             return None

@@ -29,6 +29,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.features.training.train_checkpoints import INT_DTYPES, RESTORE_CHAINS
+from tern.features.training import TrainingFacts
 
 CHECKPOINT = "tensorflow.train.Checkpoint"
 MANAGER = "tensorflow.train.CheckpointManager"
@@ -40,7 +41,7 @@ def _sig(ctx):
     frame = ctx.frames[0] if ctx.frames else None
     if frame is None or len(ctx.frames) != 1 or frame.in_module_method:
         return None, None
-    sig = ctx.package.train.get(frame.name)
+    sig = ctx.package.fact(TrainingFacts).steps.get(frame.name)
     if sig is not None and sig.kind in ("threader", "checkpointer"):
         return sig, frame
     return None, frame
@@ -61,7 +62,7 @@ class TrainCheckpointsRule(Rule):
         if name in (CHECKPOINT, MANAGER):
             sig, frame = _sig(ctx)
             if sig is None:
-                why = ctx.package.train_refusals.get(frame.name) if frame is not None else None
+                why = ctx.package.fact(TrainingFacts).refusals.get(frame.name) if frame is not None else None
                 ctx.todo(name.replace("tensorflow.", "tf."), why or GENERIC)
                 return None
             return self._checkpoint(ctx, sig, original) if name == CHECKPOINT else self._manager(ctx, updated)

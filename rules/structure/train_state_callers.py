@@ -20,6 +20,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern.features.training.train_steps import OPTIMIZER_READS, UNROLLED
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
+from tern.features.training import TrainingFacts
 
 
 class References(cst.CSTTransformer):
@@ -114,7 +115,7 @@ class _Thread(cst.CSTTransformer):
     """Training calls rebind ``state``; readers' model calls become ``state.predict``."""
 
     def __init__(self, package, reader: bool, states: tuple[str, ...] = ("state",)):
-        self.sigs = package.train
+        self.sigs = package.fact(TrainingFacts).steps
         self.reader = reader
         self.states = states  # the train states a training call rebinds, in the callee's order
         self.hoisted: list[list[cst.BaseSmallStatement]] = [[]]
@@ -211,18 +212,18 @@ class TrainStateCallersRule(Rule):
     order = 46
 
     def visit_function(self, ctx, node):
-        sig = ctx.package.train.get(node.name.value)
+        sig = ctx.package.fact(TrainingFacts).steps.get(node.name.value)
         if sig is not None and sig.kind != "step" and len(ctx.frames) == 1 and not ctx.frame.in_module_method:
             ctx.frame.tags.add("train_state")
 
     def leave_call(self, ctx, original, updated):
-        if not isinstance(original.func, cst.Name) or original.func.value not in ctx.package.train:
+        if not isinstance(original.func, cst.Name) or original.func.value not in ctx.package.fact(TrainingFacts).steps:
             return None
         frame = ctx.frames[0] if ctx.frames else None
         if frame is not None and frame.tags & {"train_state", "train_step", "multi_step"}:
             return None
-        sig = ctx.package.train[original.func.value]
-        why = ctx.package.train_refusals.get(frame.name) if frame is not None else None
+        sig = ctx.package.fact(TrainingFacts).steps[original.func.value]
+        why = ctx.package.fact(TrainingFacts).refusals.get(frame.name) if frame is not None else None
         what = "takes a train state and returns (state, result)" if sig.updates else "takes a train state"
         ctx.todo(f"{original.func.value}(...)", f"translated to a pure function that {what}; this caller is not "
                  f"rewritten: {why or 'the model and optimizer are not its parameters'}")
@@ -231,7 +232,7 @@ class TrainStateCallersRule(Rule):
     def leave_function(self, ctx, original, updated):
         if "train_state" not in ctx.frame.tags:
             return None
-        sig = ctx.package.train[original.name.value]
+        sig = ctx.package.fact(TrainingFacts).steps[original.name.value]
         if sig.pairs:
             return self._multi(ctx, original, updated, sig)
         body = list(updated.body.body)
@@ -248,7 +249,7 @@ class TrainStateCallersRule(Rule):
             block = block.visit(_OptimizerReads(sig.optimizer))
         block = block.visit(_Rename(sig.model))
         if sig.updates:
-            block = block.visit(_Unroll({n for n, s in ctx.package.train.items() if s.updates}))
+            block = block.visit(_Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
         block = block.visit(_Thread(ctx.package, reader=not sig.updates))
         if sig.updates and not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
             block = block.with_changes(body=[*block.body, cst.parse_statement("return state, None\n")])
@@ -265,7 +266,7 @@ class TrainStateCallersRule(Rule):
         block = updated.body.with_changes(body=body)
         for state, model, _ in states:
             block = block.visit(_Rename(model, state))
-        block = block.visit(_Unroll({n for n, s in ctx.package.train.items() if s.updates}))
+        block = block.visit(_Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
         block = block.visit(_Thread(ctx.package, reader=False, states=tuple(s for s, _, _ in states)))
         if not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
             block = block.with_changes(body=[*block.body, cst.parse_statement(

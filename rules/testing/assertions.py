@@ -15,9 +15,10 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.records import _api
-from tern.engine.render import bind, expand_template, map_arguments
+from tern.engine.render import bind, map_arguments
+from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
 
 TABLE = Path(__file__).with_name("assertions.toml")

@@ -28,9 +28,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.features.training.compiled_models import TRAINER_METHODS, refusal
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
 from tern.features.training.trainer_calls import call_refusal, rewrite
+from tern.features.training import TrainingFacts
 
 HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
 INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",
@@ -81,7 +82,7 @@ def sources(ctx, node: cst.BaseExpression) -> frozenset | None:
         name = node.func.value
         if ctx.package.is_module_class(name) or name in ctx.package.factories:
             return frozenset({name})
-        facts = ctx.package.models
+        facts = ctx.package.fact(TrainingFacts).models
         if name in facts.returns_model:
             at = _arg(node, facts.params.get(name, ()), facts.returns_model[name])
             inner = sources(ctx, node.args[at].value) if at is not None else None
@@ -127,7 +128,7 @@ class CompiledModelCallsRule(Rule):
         func = original.func
         if isinstance(func, cst.Attribute) and func.attr.value in TRAINER_METHODS:
             return self._method(ctx, original, updated)
-        if isinstance(func, cst.Name) and func.value in ctx.package.models.keras_params:
+        if isinstance(func, cst.Name) and func.value in ctx.package.fact(TrainingFacts).models.keras_params:
             return self._package_call(ctx, original, updated)
         return None
 
@@ -151,7 +152,7 @@ class CompiledModelCallsRule(Rule):
         return out
 
     def _package_call(self, ctx, original, updated):
-        facts = ctx.package.models
+        facts = ctx.package.fact(TrainingFacts).models
         params = facts.params.get(original.func.value, ())
         args = list(updated.args)
         wrapped = False
@@ -171,7 +172,7 @@ class CompiledModelCallsRule(Rule):
         if not (isinstance(inner, cst.Attribute) and inner.attr.value == "optimizer"):
             return None
         model_sources = sources(ctx, inner.value)
-        if model_sources is None or refusal(ctx.package.models, model_sources, ctx.package.reaches, "fit"):
+        if model_sources is None or refusal(ctx.package.fact(TrainingFacts).models, model_sources, ctx.package.reaches, "fit"):
             return None
         if original.attr.value not in ("iterations", "learning_rate"):
             ctx.todo(f"keras.Model.optimizer.{original.attr.value}",

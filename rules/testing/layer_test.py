@@ -17,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.render import bind
 from tern.engine.rule import Rule
 

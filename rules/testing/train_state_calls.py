@@ -45,6 +45,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern_rules.testing.module_calls import _layout_layers, _package_reaches, assigned_pairs, remember_tuple_return
+from tern.features.training import TrainingFacts
 
 
 OPTIMIZER_API = ("the Keras optimizer is an optax transformation here; its state lives in the train state of a "
@@ -89,12 +90,12 @@ class TrainStateCallsRule(Rule):
             value = small.value
             for target in small.targets:  # `g_opt, d_opt = make_optimizers()`
                 if isinstance(target.target, (cst.Tuple, cst.List)) and m.matches(value, m.Call(func=m.Name())) \
-                        and ctx.package.optimizer_tuple_factories.get(value.func.value) == len(target.target.elements):
+                        and ctx.package.fact(TrainingFacts).optimizer_tuple_factories.get(value.func.value) == len(target.target.elements):
                     _optimizers(ctx).update(e.value.value for e in target.target.elements if isinstance(e.value, cst.Name))
             for target, value in assigned_pairs(small, ctx):
                 name = (ctx.resolve(value.func) or "") if isinstance(value, cst.Call) else ""
                 factory = isinstance(value, cst.Call) and m.matches(value.func, m.Name()) \
-                    and value.func.value in ctx.package.optimizer_factories
+                    and value.func.value in ctx.package.fact(TrainingFacts).optimizer_factories
                 if isinstance(target, cst.Name) and (name.startswith("keras.optimizers.") or factory):
                     _optimizers(ctx).add(target.value)
         if len(original.body) == 1 and m.matches(original.body[0], m.Expr(value=m.Call(
@@ -115,7 +116,7 @@ class TrainStateCallsRule(Rule):
             return updated.with_changes(func=original.func)  # not the attribute leave_attribute reads
         if not isinstance(original.func, cst.Name):
             return None
-        sig = ctx.package.train.get(original.func.value)
+        sig = ctx.package.fact(TrainingFacts).steps.get(original.func.value)
         if sig is None:
             return None
         if sig.pairs and sig.updates:

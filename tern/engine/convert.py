@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import libcst as cst
 
-
-@dataclass(frozen=True)
-class Refusal:
-    reason: str
+from tern.engine.names import dotted_name
+from tern.engine.results import Refusal
+from tern.engine.templates import expand_template
 
 
 class ConvertContext(Protocol):
@@ -125,8 +123,6 @@ def _dtype_refusal(ctx, source: str) -> str:
 
 
 def _is_target_side(func: cst.BaseExpression) -> bool:
-    from tern.engine.names import dotted_name
-
     return (dotted_name(func) or "").startswith(("nn.", "jax.", "jnp.", "functools.partial"))
 
 
@@ -238,8 +234,6 @@ def regularizer(node: cst.BaseExpression, ctx) -> Result:
     layers call ``keras.regularizers.get`` on it: a name is the table's regularizer, a
     callable is called, None adds no term (KerasRegularized skips it); anything else fails
     when called, so no penalty is lost silently. A TF symbol the tables do not know is refused."""
-    from tern.engine.render import expand_template
-
     value = _literal(node)
     if value is None:
         return None

@@ -9,9 +9,11 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine import regularizers
-from tern.engine.convert import Refusal
+from tern.engine.results import Refusal
 from tern.engine.records import DROP, LayerRecord
-from tern.engine.render import LAYER_BOOKKEEPING, Bound, bind, build_call, code, expand_template, map_arguments
+from tern.engine.render import LAYER_BOOKKEEPING, Bound, bind, build_call, map_arguments
+from tern.engine.results import code
+from tern.engine.templates import expand_template
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tern.features.training.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
-from tern.features.tf_data.datasets import PackageDatasets, Resolver, scan_module as scan_datasets
-from tern.features.random_draws.draws import close_over_calls, draws_directly, key_is_free
-from tern.features.training.train_steps import TrainSig, analyse
+from typing import TypeVar
+
+from tern.engine.features import features
+
+T = TypeVar("T")
 
 KERAS_BASES = {"Layer", "Model", "BaseRandomLayer"}  # tails: BaseRandomLayer is Keras 2's seeded Layer
 
@@ -118,29 +119,26 @@ class PackageInfo:
     model_builders: set[str] = field(default_factory=set)
     #: class or function name -> names it calls (layer classes, package classes, helpers)
     calls: dict[str, set[str]] = field(default_factory=dict)
-    #: training steps and the functions that pass their state along (``tern/features/training/train_steps.py``)
-    train: dict[str, TrainSig] = field(default_factory=dict)
-    #: function name -> why its training step (or its state passing) is not translated
-    train_refusals: dict[str, str] = field(default_factory=dict)
-    #: top-level functions of non-test modules, analysed for training once all are seen
+    #: top-level functions of non-test modules, analysed by features once all are seen
     functions: list[ast.FunctionDef] = field(default_factory=list, repr=False)
-    #: which package functions return a tf.data dataset, whether tf.data is used (``tern/features/tf_data/datasets.py``)
-    datasets: PackageDatasets = field(default_factory=PackageDatasets)
-    #: which names hold compiled Keras models, and what keeps their fit from the trainer (``tern/features/training/compiled_models.py``)
-    models: ModelFacts = field(default_factory=ModelFacts)
-    #: top-level functions that return a Keras optimizer they build (``return keras.optimizers.Adam(...)``)
-    optimizer_factories: set[str] = field(default_factory=set)
-    #: functions returning a tuple of optimizers they build, with its length
-    optimizer_tuple_factories: dict[str, int] = field(default_factory=dict)
     #: top-level functions that return a literal ``Sequential([...])`` of layers without a training flag: an
     #: ``nn.Sequential`` of the same layers (rules/structure/sequential.py), Keras' i-th layer its element i
     sequential_factories: set[str] = field(default_factory=set)
     #: top-level functions that only copy their one argument through its Keras config
     #: (``return x.__class__.from_config(x.get_config())``, recommenders' ``_clone_initializer``)
     config_copies: set[str] = field(default_factory=set)
-    #: top-level functions of non-test modules that draw from TF's global random state, directly or
-    #: through another (``tern/features/random_draws/draws.py``): they take a ``key``, and callers pass one
-    drawing_functions: set[str] = field(default_factory=set)
+    #: what features know about the package (``Feature.facts``), by type: ``fact(kind)``
+    facts: dict[type, object] = field(default_factory=dict, repr=False)
+
+    def fact(self, kind: type[T]) -> T:
+        """The package facts of type ``kind`` a feature keeps (empty until it scanned)."""
+        if kind not in self.facts:
+            self.facts[kind] = kind()
+        return self.facts[kind]
+
+    def claimed_functions(self) -> set[str]:
+        """Package functions a feature translates its own way (training steps): not plain helpers."""
+        return set().union(*(feature.claimed_functions(self) for feature in features()))
 
     def reaches(self, name: str, targets: frozenset[str]) -> bool:
         """Whether ``name`` calls any of ``targets``, directly or through package code."""
@@ -310,38 +308,6 @@ def _dotted(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def _is_optimizer_call(node) -> bool:
-    """``tf.keras.optimizers.Adam(...)``, ``keras.optimizers.SGD(...)``, ``optimizers.AdamW(...)``: not a schedule."""
-    if not isinstance(node, ast.Call):
-        return False
-    parts = _dotted(node.func).split(".")
-    return "optimizers" in parts[:-1] and "schedules" not in parts
-
-
-def _returns_optimizer(fn: ast.FunctionDef, size: int | None = None) -> bool:
-    """Every ``return`` of ``fn`` gives a Keras optimizer built there (directly or through one name),
-    or, with ``size``, a tuple of ``size`` of them (a GAN's ``return g_opt, d_opt``)."""
-    own = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-    built = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _is_optimizer_call(n.value)
-             for t in n.targets if isinstance(t, ast.Name)}
-    rebound = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and not _is_optimizer_call(n.value)
-               for t in n.targets if isinstance(t, ast.Name)}
-
-    def optimizer(value) -> bool:
-        return _is_optimizer_call(value) or (isinstance(value, ast.Name) and value.id in built and value.id not in rebound)
-
-    if size is None:
-        return bool(own) and all(optimizer(r.value) for r in own)
-    return bool(own) and all(isinstance(r.value, ast.Tuple) and len(r.value.elts) == size
-                             and all(optimizer(e) for e in r.value.elts) for r in own)
-
-
-def _optimizer_tuple_size(fn: ast.FunctionDef) -> int | None:
-    """``n`` when every ``return`` of ``fn`` gives a tuple of ``n`` optimizers built there."""
-    sizes = {len(n.value.elts) for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)}
-    return next((size for size in sizes if len(sizes) == 1 and _returns_optimizer(fn, size)), None)
-
-
 def training_layer_names() -> frozenset[str]:
     """Class names of the layers whose call mapping uses the training flag (from the tables)."""
     from tern.engine.records import DROP, tables
@@ -376,9 +342,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         tree = ast.parse(source)
     except SyntaxError:
         return
-    scan_datasets(tree, info.datasets, source=source)
-    scan_models(tree, module, _is_test_module(module), info.models)
-    resolve = Resolver(tree) if not _is_test_module(module) else None
+    for feature in features():
+        feature.scan(info, tree, module, _is_test_module(module), source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_model(node):
             info.model_builders.add(node.name)
@@ -389,14 +354,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
-            if draws_directly(node, resolve):
-                info.drawing_functions.add(node.name)
             if is_config_copy(node):
                 info.config_copies.add(node.name)
-            if _returns_optimizer(node):
-                info.optimizer_factories.add(node.name)
-            elif _optimizer_tuple_size(node):
-                info.optimizer_tuple_factories[node.name] = _optimizer_tuple_size(node)
         if isinstance(node, ast.FunctionDef) and _returns_plain_sequential(node, training_layers):
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
@@ -418,15 +377,8 @@ def _is_test_module(module: str) -> bool:
 
 def close_over_bases(info: PackageInfo) -> PackageInfo:
     """Keep only classes that are Keras layers/models, directly or through package bases;
-    decide which functions are training steps now that every module was seen."""
-    info.train, info.train_refusals = analyse(info.functions)
-    plain = {fn.name for fn in info.functions if key_is_free(fn)} - set(info.train) \
-        - info.factories - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
-    info.drawing_functions = close_over_calls(info.drawing_functions & plain, info.calls, plain)
-    # a function that calls a training helper (keras-cv's DownSampleBlock calling Block) passes the flag on
-    builders = {fn.name for fn in info.functions if not _has_param(fn, "training")} - set(info.train) \
-        - info.factories - info.model_builders
-    info.training_helpers = close_over_calls(info.training_helpers, info.calls, builders)
+    let the features decide what needs every module seen (training steps, drawing
+    functions); then close the training helpers over the package's calls."""
     keras = {n for n, c in info.classes.items() if set(c.bases) & KERAS_BASES}
     changed = True
     while changed:
@@ -436,8 +388,26 @@ def close_over_bases(info: PackageInfo) -> PackageInfo:
                 keras.add(name)
                 changed = True
     info.classes = {n: c for n, c in info.classes.items() if n in keras}
-    analyse_models(info.models, info.factories, set(info.classes))
+    for feature in features():
+        feature.close(info)
+    # a function that calls a training helper (keras-cv's DownSampleBlock calling Block) passes the flag on
+    builders = {fn.name for fn in info.functions if not _has_param(fn, "training")} - info.claimed_functions() \
+        - info.factories - info.model_builders
+    info.training_helpers = close_over_calls(info.training_helpers, info.calls, builders)
     return info
+
+
+def close_over_calls(direct: set[str], calls: dict[str, set[str]], functions: set[str]) -> set[str]:
+    """``direct`` and every function of ``functions`` that calls one of the set, transitively."""
+    closed = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        for name in functions - closed:
+            if calls.get(name, set()) & closed:
+                closed.add(name)
+                changed = True
+    return closed
 
 
 def scan_package(root: Path, files: list[Path]) -> PackageInfo:

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.engine.convert import CONVERTERS, Refusal
+from tern.engine.convert import CONVERTERS
+from tern.engine.results import Refusal
 from tern.engine.records import LayerRecord
-from tern.engine.render import Bound, expand_template
+from tern.engine.render import Bound
+from tern.engine.templates import expand_template
 
 #: the ``regularizers`` value that means "the layer's outputs" (``activity_regularizer``)
 OUTPUTS = "outputs"

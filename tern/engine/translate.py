@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from tern.features.tf_data import graph_functions
 
-from tern.features.tf_data import kept
 from tern.engine.context import FileContext, FunctionFrame, LayerRef
-from tern.engine.convert import Refusal
-from tern.features.tf_data.datasets import file_datasets
+from tern.engine.features import KeptTF, features
+from tern.engine.results import Refusal
 from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
 from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
 from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.engine.records import ApiRecord, Tables, tables as default_tables
-from tern.engine.render import api_call, commas, bind, code, expand_template
+from tern.engine.render import api_call, commas, bind
+from tern.engine.results import code
+from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.engine.rule import consumed_names, discover
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
@@ -113,7 +113,8 @@ class Translator(cst.CSTTransformer):
         self._pending_at: list[int] = []
         self._headers: list[cst.CSTNode] = []  # if/for/while/with statements being visited
         self._held: list[list[Todo]] = []  # their headers' TODOs, kept off their bodies' first statement
-        self._opaque: set[int] = set()  # graph functions tf.data runs: left exactly as written
+        self._opaque: set[int] = set()  # what a feature keeps (graph functions tf.data runs): left exactly as written
+        self._kept_lambdas: dict[int, object] = {}  # id(lambda) -> the Feature that keeps it
         self._generated: set[int] = set()  # support code an earlier run inlined: left as it is
 
     # -- scopes ----------------------------------------------------------------------
@@ -151,8 +152,9 @@ class Translator(cst.CSTTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool | None:
         if id(node) in self._generated:
             return self._keep_generated(node)
-        if graph_functions.is_graph_function(self.ctx, node):
-            return self._keep_graph_function(node)
+        keeper = next((f for f in features() if f.keeps_function(self.ctx, node)), None)
+        if keeper is not None:
+            return self._keep_function(node, keeper)
         self.ctx.scopes.push_function(node)
         self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
@@ -161,8 +163,8 @@ class Translator(cst.CSTTransformer):
         self._touched_source.append(False)
 
     def visit_Lambda(self, node: cst.Lambda) -> bool | None:
-        if id(node) in self._opaque:
-            graph_functions.check(self.ctx, node)
+        if id(node) in self._kept_lambdas:
+            self._kept_lambdas[id(node)].check_kept(self.ctx, node)
             self.ctx.kept_tf = True
             return False
         self.ctx.scopes.push_function(node)
@@ -224,11 +226,11 @@ class Translator(cst.CSTTransformer):
         self._touched_source.append(False)
         return False
 
-    def _keep_graph_function(self, node: cst.FunctionDef) -> bool:
-        """tf.data runs it in its graph: not rewritten, not offered to rules."""
+    def _keep_function(self, node: cst.FunctionDef, keeper) -> bool:
+        """A feature keeps it as written (tf.data runs it in its graph): not rewritten, not offered to rules."""
         self._opaque.add(id(node))
         self._touched_source.append(False)
-        graph_functions.check(self.ctx, node)
+        keeper.check_kept(self.ctx, node)
         self.ctx.kept_tf = True
         return False
 
@@ -289,8 +291,11 @@ class Translator(cst.CSTTransformer):
     def visit_Call(self, node: cst.Call) -> None:
         self._callees.add(id(node.func))
         self._edit_marks.append(len(self.ctx.edits))
-        if self.ctx.datasets is not None:
-            self._opaque.update(id(a) for a in graph_functions.graph_arguments(self.ctx, node) if isinstance(a, cst.Lambda))
+        for feature in features():
+            for argument in feature.kept_arguments(self.ctx, node):
+                if isinstance(argument, cst.Lambda):
+                    self._opaque.add(id(argument))
+                    self._kept_lambdas[id(argument)] = feature
 
     def _refuse(self, original: cst.Call, construct: str, reason: str) -> cst.Call:
         """Leave the call exactly as written: a TODO says so, so nothing inside may change."""
@@ -794,7 +799,7 @@ def translate_module(
         close_over_bases(package)
     ctx = FileContext(
         tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
-        plan=plan, is_test=is_test, datasets=_datasets(source, package, tables),
+        plan=plan, is_test=is_test, file_facts=_file_facts(source, package, tables),
         package_helpers=package_helpers(module), keras_configs=keras_configs(module),
     )
     out = module.visit(Translator(ctx))
@@ -810,8 +815,8 @@ def translate_module(
 
     allowed, kept_comment = frozenset(), None
     if ctx.kept_tf and tables.allowed:  # TF left on purpose: is that all an import is used for?
-        reading = kept.read(out.code, package.datasets, tables)
-        allowed = reading.allowed_bindings if reading is not None else frozenset()
+        reading = _read_kept(out.code, package, tables)
+        allowed = reading.bindings if reading is not None else frozenset()
         comment = "# " + tables.allowed[0].import_comment
 
         def kept_comment(stmt):
@@ -831,8 +836,8 @@ def translate_module(
     text = out.code
     uses = []
     if ctx.kept_tf:
-        reading = kept.read(text, package.datasets, tables)
-        uses = list(reading.allowed) if reading is not None else []
+        reading = _read_kept(text, package, tables)
+        uses = list(reading.uses) if reading is not None else []
     return Translation(text, ctx.edits, todos_in(text), uses, notes=ctx.notes, support=support)
 
 
@@ -910,14 +915,15 @@ def _module_bound(tree) -> set[str]:
     return bound
 
 
-def _datasets(source: str, package: PackageInfo, tables: Tables):
-    """The file's tf.data facts, when its package uses tf.data at all (else no cost)."""
-    if not package.datasets.used:
-        return None
-    try:
-        return file_datasets(ast.parse(source), package.datasets, tables)
-    except (SyntaxError, ValueError):
-        return None
+def _file_facts(source: str, package: PackageInfo, tables: Tables) -> dict[type, object]:
+    """What each feature knows about this file (``Feature.file_facts``), by type."""
+    found = (feature.file_facts(source, package, tables) for feature in features())
+    return {type(facts): facts for facts in found if facts is not None}
+
+
+def _read_kept(text: str, package: PackageInfo, tables: Tables) -> KeptTF | None:
+    """The TF a translated text keeps on purpose, as the feature that keeps it reads it."""
+    return next((r for r in (f.read_kept(text, package, tables) for f in features()) if r is not None), None)
 
 
 def translate_source(source: str, *, is_test: bool = False, package: PackageInfo | None = None,

@@ -53,14 +53,3 @@ def key_is_free(fn: ast.FunctionDef) -> bool:
     return not names
 
 
-def close_over_calls(direct: set[str], calls: dict[str, set[str]], functions: set[str]) -> set[str]:
-    """``direct`` and every function of ``functions`` that calls one of the set, transitively."""
-    drawing = set(direct)
-    changed = True
-    while changed:
-        changed = False
-        for name in functions - drawing:
-            if calls.get(name, set()) & drawing:
-                drawing.add(name)
-                changed = True
-    return drawing

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tern.features.tf_data.datasets import MODULE_SCOPE, parse_expression
+from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, parse_expression
 from tern.engine.names import short_name
-from tern.engine.render import code
+from tern.engine.results import code
 
 
 def _scope(ctx) -> str:
@@ -23,7 +23,7 @@ def _scope(ctx) -> str:
 
 def graph_arguments(ctx, call: cst.Call) -> list[cst.BaseExpression]:
     """The arguments of ``call`` that tf.data traces into its graph ([] for most calls)."""
-    facts = ctx.datasets
+    facts = ctx.file_fact(FileDatasets)
     func = call.func
     if facts is None or not isinstance(func, cst.Attribute) or func.attr.value not in facts.record.graph_methods:
         return []
@@ -43,7 +43,7 @@ def graph_arguments(ctx, call: cst.Call) -> list[cst.BaseExpression]:
 def is_graph_function(ctx, node: cst.FunctionDef) -> bool:
     """A module-level function tf.data runs in its graph (passed to ``ds.map`` by name, or
     called from one that is)."""
-    facts = ctx.datasets
+    facts = ctx.file_fact(FileDatasets)
     return facts is not None and not ctx.frames and not ctx.classes and node.name.value in facts.graph_functions
 
 
@@ -94,7 +94,7 @@ class _Names(cst.CSTVisitor):
 
 def check(ctx, node: cst.FunctionDef | cst.Lambda) -> None:
     """TODOs for what may not stay in a graph function (everything else stays as written)."""
-    record = ctx.datasets.record
+    record = ctx.file_fact(FileDatasets).record
     names = _Names(ctx)
     if isinstance(node, cst.FunctionDef):
         for decorator in node.decorators:

@@ -24,8 +24,9 @@ import re
 import libcst as cst
 
 from tern.features.training.compiled_models import TRAINER_METHODS, refusal
-from tern.engine.convert import Refusal
-from tern.engine.render import code
+from tern.engine.results import Refusal
+from tern.engine.results import code
+from tern.features.training.feature import TrainingFacts
 
 COMPILE = ("optimizer", "loss", "loss_weights", "metrics", "weighted_metrics", "run_eagerly",
            "steps_per_execution", "jit_compile", "auto_scale_loss")
@@ -67,11 +68,11 @@ def call_refusal(ctx, sources, call: cst.Call) -> str | None:
     """Why ``call`` (``model.<method>(...)`` on a model from ``sources``) cannot use the trainer, if it cannot:
     ``tern/features/training/compiled_models.py``'s reason, and for a ``fit`` that validates, ``evaluate``'s too."""
     method = call.func.attr.value
-    why = refusal(ctx.package.models, sources, ctx.package.reaches, method)
+    why = refusal(ctx.package.fact(TrainingFacts).models, sources, ctx.package.reaches, method)
     if why is None and method == "fit":
         bound = _bound(call, FIT)
         if not isinstance(bound, Refusal) and {"validation_data", "validation_split"} & set(bound):
-            why = refusal(ctx.package.models, sources, ctx.package.reaches, "evaluate")
+            why = refusal(ctx.package.fact(TrainingFacts).models, sources, ctx.package.reaches, "evaluate")
             if why is not None:
                 why = f"fit validates with Keras' evaluate after each epoch: {why}"
     return why
