@@ -295,7 +295,15 @@ def serve(
     except client.DaemonUnavailable as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(1)
-    raise typer.Exit(server.main(paths.project, idle=idle, workers=workers, writable_roots=tuple(writable)))
+    raise typer.Exit(server.main(paths.project, idle=idle, workers=workers, writable_roots=tuple(writable),
+                                 answer_verify=_answer_verify))
+
+
+async def _answer_verify(request, sandbox, emit):
+    """The daemon's answer to the thin client's verify (imported on the first request, not at start)."""
+    from tern.verify.served import answer_verify
+
+    return await answer_verify(request, sandbox, emit)
 
 
 def _executor(project: Path, kind: Optional[str], address: Optional[str]):

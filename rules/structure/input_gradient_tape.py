@@ -24,7 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 
 
-def _is_tape_with(stmt: cst.CSTNode) -> bool:
+def is_tape_with(stmt: cst.CSTNode) -> bool:
     return (isinstance(stmt, cst.With) and len(stmt.items) == 1 and isinstance(stmt.items[0].item, cst.Call)
             and "GradientTape" in cst.Module([]).code_for_node(stmt.items[0].item.func))
 
@@ -68,11 +68,11 @@ def stores(*nodes: cst.CSTNode) -> set[str]:
     return out
 
 
-def _names(node: cst.CSTNode) -> set[str]:
+def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in m.findall(node, m.Name())}
 
 
-def _tape_uses(node: cst.CSTNode, tape: str) -> list[cst.Attribute]:
+def tape_uses(node: cst.CSTNode, tape: str) -> list[cst.Attribute]:
     return m.findall(node, m.Attribute(value=m.Name(tape)))
 
 
@@ -113,14 +113,14 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     if not watched:
         return block, None  # not an input tape: the caller reports it
     if not body or not all(isinstance(s, cst.SimpleStatementLine) for s in body) or any(
-            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or _tape_uses(s, tape) for s in body):
+            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
         return block, ("the tape's body is more than simple statements after tape.watch (a block, return or other "
                        "tape call): differentiate a function of the watched tensors with jax.grad")
     grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1)
              for c in m.findall(s, m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient"))))]
-    uses = [u for s in block[at + 1:] for u in _tape_uses(s, tape)]
-    if len(grads) != 1 or len(uses) != 1 or sum(len(_tape_uses(s, tape)) for s in fn.body.body) != \
-            sum(len(_tape_uses(s, tape)) for s in block):
+    uses = [u for s in block[at + 1:] for u in tape_uses(s, tape)]
+    if len(grads) != 1 or len(uses) != 1 or sum(len(tape_uses(s, tape)) for s in fn.body.body) != \
+            sum(len(tape_uses(s, tape)) for s in block):
         return block, "the tape is used for more than one tape.gradient(...) after its block"
     grad_at, call = grads[0]
     args = call.args
@@ -144,9 +144,9 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     if clash:
         return block, f"`{clash[0]}` is rebound inside the tape; rename it there first"
     fn_target, fn_grads = f"{tape}_target", f"{tape}_grads"
-    if {fn_target, fn_grads} & _names(fn):
+    if {fn_target, fn_grads} & names_in(fn):
         return block, f"the function already uses `{fn_target}` or `{fn_grads}`, which the translation needs"
-    later = set().union(*(_names(s) for s in block[at + 1:])) if at + 1 < len(block) else set()
+    later = set().union(*(names_in(s) for s in block[at + 1:])) if at + 1 < len(block) else set()
     aux = sorted((stored & (later | _outside_names(fn, block))) - {target})
     total = cst.Call(ctx.target_name("jax.numpy.sum"), [cst.Arg(cst.Name(target))])
     ret = f"return __total__, ({', '.join(aux)},)\n" if aux else "return __total__\n"
@@ -190,14 +190,14 @@ def rewrite_input_tapes(ctx, fn: cst.FunctionDef) -> tuple[cst.FunctionDef, list
         i = 0
         while i < len(block):
             stmt = block[i]
-            if _is_tape_with(stmt):
+            if is_tape_with(stmt):
                 new, why = _rewrite(ctx, fn, block, i, params)
                 if new is not block:
                     block = new
                     i += 2
                     continue
                 reasons.append(why or "")
-            elif isinstance(stmt, (cst.For, cst.While, cst.If, cst.With)) and not _is_tape_with(stmt):
+            elif isinstance(stmt, (cst.For, cst.While, cst.If, cst.With)) and not is_tape_with(stmt):
                 block[i] = stmt.with_changes(body=stmt.body.with_changes(body=walk(list(stmt.body.body))))
             i += 1
         return block

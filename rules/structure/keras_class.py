@@ -28,7 +28,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern_rules.structure._setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
+from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
 

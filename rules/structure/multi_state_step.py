@@ -32,7 +32,7 @@ import libcst.matchers as m
 from tern.features.training.multi_state_steps import state_name
 from tern.engine.rule import Rule
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
-from tern_rules.structure.input_gradient_tape import _is_tape_with, stores
+from tern_rules.structure.input_gradient_tape import is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
 from tern.features.training import TrainingFacts
 
@@ -112,7 +112,7 @@ class MultiStateStepRule(Rule):
         i = 0
         while i < len(block):
             stmt = block[i]
-            if _is_tape_with(stmt):
+            if is_tape_with(stmt):
                 consumed, new = self._tape(ctx, fn, block, i, models)
                 out.extend(new)
                 i = consumed

@@ -16,7 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.results import Refusal
-from tern.engine.records import _api
+from tern.engine.records import api_record
 from tern.engine.render import bind, map_arguments
 from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
@@ -27,7 +27,7 @@ TABLE = Path(__file__).with_name("assertions.toml")
 @functools.cache
 def methods():
     data = tomllib.loads(TABLE.read_text(encoding="utf-8"))
-    return {raw["source"]: _api(raw, f"testing/assertions.toml#{i}") for i, raw in enumerate(data["method"])}
+    return {raw["source"]: api_record(raw, f"testing/assertions.toml#{i}") for i, raw in enumerate(data["method"])}
 
 
 @functools.cache

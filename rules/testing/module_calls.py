@@ -115,7 +115,7 @@ def _split_weight_layers(ctx) -> frozenset[str]:
     )
 
 
-def _layout_layers(ctx) -> frozenset[str]:
+def layout_layers(ctx) -> frozenset[str]:
     """Class names of table layers whose Keras variables are not the Flax arrays as they are
     (split into several, or reshaped/transposed on the way)."""
     return frozenset(
@@ -125,7 +125,7 @@ def _layout_layers(ctx) -> frozenset[str]:
 
 
 def _keras_layout_may_differ(ctx, kind) -> bool:
-    layout = _layout_layers(ctx)
+    layout = layout_layers(ctx)
     if isinstance(kind, str) and kind.startswith("layer:"):
         return kind.rsplit(".", 1)[-1] in layout
     if isinstance(kind, str):
@@ -147,7 +147,7 @@ def _keras_file(ctx) -> bool:
     return bool(ctx.scopes.imports_source)
 
 
-def _package_reaches(ctx, layers: frozenset[str]) -> bool:
+def package_reaches(ctx, layers: frozenset[str]) -> bool:
     """Some package model (class or builder) reaches one of ``layers``: for a model the file does not type."""
     return any(ctx.package.reaches(name, layers) for name in (*ctx.package.classes, *ctx.package.factories))
 
@@ -163,9 +163,9 @@ def _key(node: cst.BaseExpression) -> str | None:
 def _layout(ctx, kind) -> str:
     """How a layer view gives the weights: "keras" (the Flax arrays are Keras' variables), "flax" (some are
     reshaped or transposed: Keras' names refused), "split" (some Keras variables are several Flax arrays)."""
-    if _counts_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _split_weight_layers(ctx)):
+    if _counts_may_differ(ctx, kind) if kind is not None else package_reaches(ctx, _split_weight_layers(ctx)):
         return "split"
-    if _keras_layout_may_differ(ctx, kind) if kind is not None else _package_reaches(ctx, _layout_layers(ctx)):
+    if _keras_layout_may_differ(ctx, kind) if kind is not None else package_reaches(ctx, layout_layers(ctx)):
         return "flax"
     return "keras"
 
@@ -238,7 +238,7 @@ class ModuleCallsRule(Rule):
 
     def leave_call(self, ctx, original, updated):
         name = ctx.resolve(original.func)
-        if name in ctx.tables.layers and name.rsplit(".", 1)[-1] in _layout_layers(ctx):
+        if name in ctx.tables.layers and name.rsplit(".", 1)[-1] in layout_layers(ctx):
             ctx.rule_state["layout_layer_seen"] = True
         if _in_module_code(ctx):
             return None

@@ -28,7 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
-from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, _is_tape_with, _names, _tape_uses, plain_tape,
+from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, is_tape_with, names_in, tape_uses, plain_tape,
                                                        stores)
 
 
@@ -39,11 +39,11 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
         return block, PERSISTENT
     body = list(stmt.body.body)
     if not all(isinstance(s, cst.SimpleStatementLine) for s in body) or any(
-            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or _tape_uses(s, tape) for s in body):
+            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
         return block, None  # an input tape (watch) or a block: left to the caller's report
     gradient = m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient")))
     grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1) for c in m.findall(s, gradient)]
-    if len(grads) != 1 or sum(len(_tape_uses(s, tape)) for s in fn.body.body) != 1:
+    if len(grads) != 1 or sum(len(tape_uses(s, tape)) for s in fn.body.body) != 1:
         return block, "the tape is used for more than one tape.gradient(...) after its block"
     grad_at, call = grads[0]
     if len(call.args) != 2 or any(a.keyword or a.star for a in call.args) or not isinstance(call.args[0].value, cst.Name):
@@ -57,9 +57,9 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
     if clash:
         return block, f"`{clash[0]}` is rebound inside the tape; rename it there first"
     fn_target, fn_grads = f"{tape}_target", f"{tape}_grads"
-    if {fn_target, fn_grads, f"{tape}_params"} & _names(fn):
+    if {fn_target, fn_grads, f"{tape}_params"} & names_in(fn):
         return block, f"the test already uses `{fn_target}` or `{fn_grads}`, which the translation needs"
-    later = set().union(*(_names(s) for s in block[at + 1:]))
+    later = set().union(*(names_in(s) for s in block[at + 1:]))
     aux = sorted((stored & later) - {target})
     bound = cst.With(items=[cst.WithItem(cst.Call(cst.Name("_TernTapeParams"), [cst.Arg(cst.Name(f"{tape}_params"))]))],
                      body=cst.IndentedBlock(body))
@@ -94,7 +94,7 @@ class TestTapesRule(Rule):
             i = 0
             while i < len(block):
                 stmt = block[i]
-                if _is_tape_with(stmt):
+                if is_tape_with(stmt):
                     new, _ = _rewrite(ctx, updated, block, i)
                     if new is not block:
                         block, changed = new, True

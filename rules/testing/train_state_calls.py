@@ -44,7 +44,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
-from tern_rules.testing.module_calls import _layout_layers, _package_reaches, assigned_pairs, remember_tuple_return
+from tern_rules.testing.module_calls import layout_layers, package_reaches, assigned_pairs, remember_tuple_return
 from tern.features.training import TrainingFacts
 
 
@@ -189,7 +189,7 @@ class TrainStateCallsRule(Rule):
     def _variables_of(self, ctx, updated):
         """``optimizer.variables`` -> ``_tern_optimizer_variables(optimizer)`` (Keras' order, read from the
         optax state); a TODO where the slots would have Flax layouts Keras' weights do not have."""
-        if ctx.rule_state.get("layout_layer_seen") or _package_reaches(ctx, _layout_layers(ctx)):
+        if ctx.rule_state.get("layout_layer_seen") or package_reaches(ctx, layout_layers(ctx)):
             ctx.todo("keras.optimizers.Optimizer.variables", "the models here hold layers whose Flax weights have "
                      "another layout than Keras' (a reshaped or transposed kernel), and so would the optimizer's slots")
             return None

@@ -171,7 +171,7 @@ class SourceFacts:
         return queue.pop(0) if queue else None
 
 
-def _ast_bindings(node) -> dict[str, str]:
+def ast_bindings(node) -> dict[str, str]:
     import ast
 
     out = {}
@@ -202,7 +202,7 @@ def _cst_signature(node: cst.FunctionDef | cst.Lambda) -> tuple:
     return ("lambda" if isinstance(node, cst.Lambda) else node.name.value, names)
 
 
-def _ast_scope(fn) -> tuple[set[str], dict[str, str]]:
+def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
     """Same answer as ``function_scope`` for the matching LibCST node."""
     import ast
 
@@ -219,7 +219,7 @@ def _ast_scope(fn) -> tuple[set[str], dict[str, str]]:
         if isinstance(node, ast.Lambda):
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imports.update(_ast_bindings(node))
+            imports.update(ast_bindings(node))
             continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             bound.add(node.id)
@@ -241,13 +241,13 @@ def source_facts(source: str) -> SourceFacts | None:
     scopes: dict[tuple, list] = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for local, full in _ast_bindings(node).items():
+            for local, full in ast_bindings(node).items():
                 if full.split(".")[0] in SOURCE_ROOTS:
                     candidates.add(local)
 
     def visit(node) -> None:  # pre-order, in LibCST's order for the nodes that matter
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            scopes.setdefault(_ast_signature(node), []).append(_ast_scope(node))
+            scopes.setdefault(_ast_signature(node), []).append(ast_scope(node))
             children = [*getattr(node, "decorator_list", []), *node.args.defaults,
                         *[d for d in node.args.kw_defaults if d is not None]]
             children += node.body if isinstance(node.body, list) else [node.body]

@@ -235,7 +235,7 @@ def _signature(raw: dict[str, Any]) -> Signature:
     )
 
 
-def _api(raw: dict[str, Any], origin: str) -> ApiRecord:
+def api_record(raw: dict[str, Any], origin: str) -> ApiRecord:
     return ApiRecord(
         source=raw["source"],
         aliases=tuple(raw.get("aliases", ())),
@@ -310,7 +310,7 @@ def load_tables(root: Path | None = None) -> Tables:
         rel = path.relative_to(root).as_posix()
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         for i, raw in enumerate(data.get("api", ())):
-            api.append(_api(raw, f"{rel}#{i}"))
+            api.append(api_record(raw, f"{rel}#{i}"))
         for i, raw in enumerate(data.get("layer", ())):
             layers.append(_layer(raw, f"{rel}#{i}"))
         for i, raw in enumerate(data.get("allowed", ())):

@@ -11,7 +11,7 @@ import ast
 
 import libcst as cst
 
-from tern.engine.names import _ast_scope, dotted_name, import_bindings
+from tern.engine.names import ast_scope, dotted_name, import_bindings
 from tern.engine.records import TargetModule
 
 
@@ -95,7 +95,7 @@ def names_in_use(code: str | ast.Module) -> set[str]:
     used: set[str] = set()
 
     def bound_in(fn) -> set[str]:
-        bound, imports = _ast_scope(fn)  # imports inside the function shadow too
+        bound, imports = ast_scope(fn)  # imports inside the function shadow too
         return bound | set(imports)
 
     def walk(node, shadow: frozenset[str]) -> None:

@@ -72,7 +72,7 @@ class NodeSandbox:
         import ray
 
         from tern.sandbox.pool import Sandbox
-        from tern.verify import keys
+        from tern.sandbox import identity as keys
 
         if self._host is None:
             ready: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -303,7 +303,7 @@ def _finish(job: Job, paths: sources.PathMap, reply: dict[str, Any]) -> JobResul
 
 
 def _driver_facts() -> dict[str, Any]:
-    from tern.verify import keys
+    from tern.sandbox import identity as keys
 
     return {"versions": keys.versions(tuple(dict.fromkeys(keys.TF_LIBRARIES + keys.JAX_LIBRARIES))),
             "tern": keys.tern_fingerprint()}

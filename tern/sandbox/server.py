@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import anyio
 
@@ -60,6 +60,10 @@ def job_from_data(data: Any) -> Job:
     return Job.from_json(json.dumps(data))
 
 
+#: ``answer_verify(request, sandbox, emit)``: a verify request answered with this server's sandbox
+AnswerVerify = Callable[[dict[str, Any], Any, Callable[[str], None]], Awaitable[dict[str, Any] | None]]
+
+
 class Address:
     """The socket path and pid lock this server holds; released once, by inode, so a
     server that stops never removes its successor's socket."""
@@ -88,7 +92,9 @@ class Address:
 
 
 class Server:
-    def __init__(self, sandbox: Any, address: Address, key: str, idle: float, writable_roots: tuple[Path, ...]) -> None:
+    def __init__(self, sandbox: Any, address: Address, key: str, idle: float, writable_roots: tuple[Path, ...],
+                 answer_verify: AnswerVerify | None = None) -> None:
+        self.answer_verify = answer_verify
         self.sandbox, self.address, self.key, self.idle = sandbox, address, key, idle
         self.writable_roots = [str(p) for p in writable_roots]
         self.started = time.time()
@@ -208,7 +214,9 @@ class Server:
             return {"fallback": "tern server is stopping"}
         if why := self._foreign(request.get("tern")):
             return {"fallback": why}
-        from tern.verify.served import answer_verify
+        if self.answer_verify is None:
+            return {"fallback": "this tern server does not answer verify"}
+        answer_verify = self.answer_verify
 
         def emit(text: str) -> None:
             if text:
@@ -315,8 +323,11 @@ async def _take_lock(paths: DaemonPaths) -> int | None:
     return None
 
 
-async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = ()) -> int:
-    """Serve ``paths.project`` in this process until stopped; the exit code (1: one runs already)."""
+async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = (),
+                answer_verify: AnswerVerify | None = None) -> int:
+    """Serve ``paths.project`` in this process until stopped; the exit code (1: one runs already).
+    ``answer_verify`` answers the thin client's verify requests (``tern/verify/served.py``, which the
+    command that starts the server passes in: the sandbox knows no verification)."""
     from tern.sandbox.pool import Sandbox
 
     lock = await _take_lock(paths)
@@ -332,12 +343,14 @@ async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, 
         async with Sandbox(paths.state, workers=workers, writable_roots=roots) as sandbox:
             if warning := sandbox.status()["isolation_warning"]:
                 _log(f"warning: {warning}")
-            await Server(sandbox, address, version_key(), idle, roots).run()
+            await Server(sandbox, address, version_key(), idle, roots, answer_verify).run()
         _log("stopped")
         return 0
     finally:
         address.release()
 
 
-def main(project: Path, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = ()) -> int:
-    return asyncio.run(serve(paths_for(project), idle=idle, workers=workers, writable_roots=writable_roots))
+def main(project: Path, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = (),
+         answer_verify: AnswerVerify | None = None) -> int:
+    return asyncio.run(serve(paths_for(project), idle=idle, workers=workers, writable_roots=writable_roots,
+                             answer_verify=answer_verify))

@@ -10,45 +10,12 @@
 from __future__ import annotations
 
 import ast
-import functools
 import hashlib
-import json
-from importlib import metadata
 from pathlib import Path
 
-TF_LIBRARIES = ("tensorflow", "tensorflow-cpu", "keras", "tf-keras", "numpy")
-JAX_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "numpy", "pytest")
+from tern.sandbox.identity import JAX_LIBRARIES, TF_LIBRARIES, digest, tern_fingerprint, versions
 
-
-def digest(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@functools.cache
-def versions(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    found = []
-    for name in names:
-        try:
-            found.append((name, metadata.version(name)))
-        except metadata.PackageNotFoundError:
-            continue
-    return tuple(found)
-
-
-@functools.cache
-def tern_fingerprint() -> str:
-    """Hash of tern's code and rule tables: any change to either re-verifies."""
-    import tern
-    from tern.engine.records import rules_root
-
-    h = hashlib.sha256()
-    for root in (Path(tern.__file__).parent, rules_root()):
-        for path in sorted(root.rglob("*")):
-            if path.suffix in {".py", ".toml"} and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(root)).encode())
-                h.update(path.read_bytes())
-    return h.hexdigest()
-
+__all__ = ["JAX_LIBRARIES", "TF_LIBRARIES", "digest", "tern_fingerprint", "versions"]  # the sandbox's, here with the rest of a job's key
 
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -20,7 +20,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
-from tern.engine.names import SOURCE_ROOTS, Canonicalizer, _ast_bindings
+from tern.engine.names import SOURCE_ROOTS, Canonicalizer, ast_bindings
 from tern.engine.records import AllowedRecord, Tables, tables as default_tables
 
 MODULE_SCOPE = ""  # the scope name of module-level code
@@ -68,7 +68,7 @@ class Resolver:
         self.bindings: dict[str, str] = {}
         for node in statements(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for local, full in _ast_bindings(node).items():
+                for local, full in ast_bindings(node).items():
                     if full.split(".")[0] in SOURCE_ROOTS:
                         self.bindings[local] = full
         self._canonical = Canonicalizer((table or default_tables()).canonical)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
-from tern.engine.names import _ast_bindings, _ast_scope, short_name
+from tern.engine.names import ast_bindings, ast_scope, short_name
 from tern.engine.records import Tables, tables as default_tables
 from tern.engine.report import AllowedUse
 
@@ -82,7 +82,7 @@ class _Reader:
                     self.walk(decorator, shadow, scope, params, jit, graph)
                 jit = jit or any(_is_jit(d) for d in node.decorator_list)
                 scope, params = node.name, set(self.facts.params.get(node.name, ())) if self.facts else set()
-            bound, imports = _ast_scope(node)
+            bound, imports = ast_scope(node)
             inner = shadow | (bound - set(imports))
             for child in (node.body if isinstance(node.body, list) else [node.body]):
                 self.walk(child, inner, scope, params, jit, graph)
@@ -118,7 +118,7 @@ class _Reader:
         for node in statements(self.tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            bound = [local for local, full in _ast_bindings(node).items() if local in self.resolve.bindings
+            bound = [local for local, full in ast_bindings(node).items() if local in self.resolve.bindings
                      and self.resolve.bindings[local] == full]
             if bound:
                 out.append(KeptImport(node.lineno, ast.unparse(node), tuple(bound),

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ast
 
-from tern.features.training.train_steps import TRAINABLE, TrainSig, _is_tape, _nested_use, _own_nodes, _positional, _tail, _trainable_of
+from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, own_nodes, passing_calls, positional, sig_name, tail, trainable_of, TrainSig
+
 
 
 def state_name(model: str) -> str:
@@ -44,14 +45,14 @@ def _blocks(fn: ast.FunctionDef):
 
 def _apply_pair(stmt: ast.stmt) -> tuple[str, str, str] | None:
     """``O.apply_gradients(zip(g, M.trainable_variables))`` -> (O, g, M)."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _tail(stmt.value.func) == "apply_gradients"):
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and tail(stmt.value.func) == "apply_gradients"):
         return None
     call = stmt.value
     if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and len(call.args) == 1
             and not call.keywords):
         return None
     pairs = call.args[0]
-    if not (isinstance(pairs, ast.Call) and _tail(pairs.func) == "zip" and len(pairs.args) == 2
+    if not (isinstance(pairs, ast.Call) and tail(pairs.func) == "zip" and len(pairs.args) == 2
             and isinstance(pairs.args[0], ast.Name) and isinstance(pairs.args[1], ast.Attribute)
             and pairs.args[1].attr in TRAINABLE and isinstance(pairs.args[1].value, ast.Name)):
         return None
@@ -64,9 +65,9 @@ def _gradient(stmt: ast.stmt, tape: str, grads: str, model: str) -> str | None:
             and stmt.targets[0].id == grads and isinstance(stmt.value, ast.Call)):
         return None
     call = stmt.value
-    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "gradient" and _tail(call.func.value) == tape
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "gradient" and tail(call.func.value) == tape
             and len(call.args) == 2 and not call.keywords and isinstance(call.args[0], ast.Name)
-            and _trainable_of(call.args[1], model)):
+            and trainable_of(call.args[1], model)):
         return None
     return call.args[0].id
 
@@ -81,7 +82,7 @@ class Tape:
 
 
 def _loops(fn: ast.FunctionDef) -> list[ast.stmt]:
-    return sorted((n for n in _own_nodes(fn) if isinstance(n, (ast.For, ast.While))), key=lambda n: (n.lineno, n.col_offset))
+    return sorted((n for n in own_nodes(fn) if isinstance(n, (ast.For, ast.While))), key=lambda n: (n.lineno, n.col_offset))
 
 
 def _enclosing_loops(fn, node) -> tuple[int, ...]:
@@ -103,9 +104,9 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
                 return [], (f"`{optimizer}.apply_gradients` must follow `{grads} = tape.gradient(loss, "
                             f"{model}.trainable_variables)` in the same block")
             j = grad_at[0]
-            tape = _tail(block[j].value.func.value)
+            tape = tail(block[j].value.func.value)
             withs = [k for k in range(j) if isinstance(block[k], ast.With) and len(block[k].items) == 1
-                     and _is_tape(block[k].items[0].context_expr)
+                     and is_tape(block[k].items[0].context_expr)
                      and isinstance(block[k].items[0].optional_vars, ast.Name)
                      and block[k].items[0].optional_vars.id == tape]
             if not withs:
@@ -115,7 +116,7 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
             call = with_node.items[0].context_expr
             if call.args or call.keywords:
                 return [], "tf.GradientTape(persistent=..., watch_accessed_variables=...): not translated yet"
-            if any(isinstance(n, ast.With) and any(_is_tape(it.context_expr) for it in n.items)
+            if any(isinstance(n, ast.With) and any(is_tape(it.context_expr) for it in n.items)
                    for s in with_node.body for n in ast.walk(s)):
                 return [], "a tape inside a training tape: move the inner one into a function (e.g. a gradient penalty)"
             between = block[j + 1:i]
@@ -129,7 +130,7 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
 
 def _gradient_any(stmt, grads, model) -> bool:
     return (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)
-            and stmt.value.func.attr == "gradient" and _gradient(stmt, _tail(stmt.value.func.value), grads, model) is not None)
+            and stmt.value.func.attr == "gradient" and _gradient(stmt, tail(stmt.value.func.value), grads, model) is not None)
 
 
 def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:
@@ -140,9 +141,9 @@ def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig
     pairs = {(t.model, t.optimizer) for t in found}
     if len(pairs) < 2:
         return None, None
-    if sum(isinstance(n, ast.With) and any(_is_tape(i.context_expr) for i in n.items) for n in _own_nodes(fn)) != len(found):
+    if sum(isinstance(n, ast.With) and any(is_tape(i.context_expr) for i in n.items) for n in own_nodes(fn)) != len(found):
         return None, "a tape other than the training tapes in the step: move it into a function (e.g. a gradient penalty)"
-    params = _positional(fn)
+    params = positional(fn)
     if params is None:
         return None, "the step takes *args, **kwargs or positional-only parameters"
     models = [m for m, _ in pairs]
@@ -152,7 +153,7 @@ def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig
     if not all(m in params and o in params for m, o in pairs):
         return None, "the models and optimizers are not all parameters of the step"
     names = set(models) | set(optimizers)
-    nested = _nested_use(fn, names)
+    nested = nested_use(fn, names)
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda of the step"
     if any(isinstance(n, ast.Name) and n.id in names and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
@@ -167,8 +168,8 @@ def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig
     reason = _closure_refusal(fn, found, params)
     if reason:
         return None, reason
-    if any(r not in fn.body for r in _own_nodes(fn) if isinstance(r, ast.Return)) or any(
-            isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
+    if any(r not in fn.body for r in own_nodes(fn) if isinstance(r, ast.Return)) or any(
+            isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_nodes(fn)):
         return None, "the step returns from inside a block (or yields)"
     ordered = tuple(sorted(pairs, key=lambda p: params.index(p[0])))
     first = ordered[0]
@@ -179,7 +180,7 @@ def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig
 def _uses(fn, found: list[Tape], sigs, models: set[str], optimizers: set[str]) -> str | None:
     """Why a model or optimizer is used other than the rewrite handles, if it is."""
     allowed: set[int] = set()
-    own = list(_own_nodes(fn))
+    own = list(own_nodes(fn))
     for node in own:
         if isinstance(node, ast.Expr) and _apply_pair(node):
             call = node.value
@@ -211,7 +212,7 @@ def _uses(fn, found: list[Tape], sigs, models: set[str], optimizers: set[str]) -
 def _closure_refusal(fn, found: list[Tape], params) -> str | None:
     """A tape body becomes a nested function: a name it assigns must not also be bound outside it."""
     inside = {id(n) for t in found for s in t.with_node.body for n in ast.walk(s)}
-    outside = {n.id for n in _own_nodes(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    outside = {n.id for n in own_nodes(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
                and id(n) not in inside} | set(params)
     for tape in found:
         stored = {n.id for s in tape.with_node.body for n in ast.walk(s)
@@ -245,21 +246,19 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
     Each training call becomes ``M1_state, M2_state, r = step(M1_state, M2_state, ...)``;
     ``O.build(M.trainable_variables)`` goes (the optax state is made with the train state).
     """
-    from tern.features.training.train_steps import _arg_at, _hoist_refusal, _is_build, _passing_calls, sig_name
-
-    params = _positional(fn)
+    params = positional(fn)
     if params is None:
         return None, "*args/**kwargs around the training calls"
     ordered: tuple[tuple[str, str], ...] | None = None
     allowed: set[int] = set()
-    for call, sig in _passing_calls(fn, sigs):
+    for call, sig in passing_calls(fn, sigs):
         if not sig.updates:
             continue
         if not sig.pairs or sig.builds:
             return None, f"`{sig_name(call)}` trains one model next to training calls that train several: not threaded"
         mapped = []
         for model, optimizer in sig.pairs:
-            m_arg, o_arg = _arg_at(call, sig, model), _arg_at(call, sig, optimizer)
+            m_arg, o_arg = arg_at(call, sig, model), arg_at(call, sig, optimizer)
             if not (isinstance(m_arg, ast.Name) and isinstance(o_arg, ast.Name)):
                 return None, f"`{sig_name(call)}` gets a model or optimizer that is not a plain name"
             allowed |= {id(m_arg), id(o_arg)}
@@ -267,27 +266,27 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
         if ordered is not None and tuple(mapped) != ordered:
             return None, "training calls that take the models or optimizers in different places"
         ordered = tuple(mapped)
-        reason = _hoist_refusal(fn, call)
+        reason = hoist_refusal(fn, call)
         if reason:
             return None, reason
     names = {n for pair in ordered for n in pair}
     if not names <= set(params):
         return None, "the models and optimizers are not all parameters: building their train states is not translated"
-    nested = _nested_use(fn, names)
+    nested = nested_use(fn, names)
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda"
-    for node in _own_nodes(fn):
-        if any(_is_build(node, m, o) for m, o in ordered):
+    for node in own_nodes(fn):
+        if any(is_build(node, m, o) for m, o in ordered):
             allowed |= {id(node.value.func.value), id(node.value.args[0].value)}
-    for node in _own_nodes(fn):
+    for node in own_nodes(fn):
         if isinstance(node, ast.Name) and node.id in names and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than the training calls: not translated yet"
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | set(params)
     taken = sorted(used & ({state_name(m) for m, _ in ordered}
-                           | {f"{sig_name(c)}_result" for c, _ in _passing_calls(fn, sigs)}))
+                           | {f"{sig_name(c)}_result" for c, _ in passing_calls(fn, sigs)}))
     if taken:
         return None, f"the function already uses the name `{taken[0]}`, which its translation needs"
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_nodes(fn)):
         return None, "a generator"
     ordered = tuple(sorted(ordered, key=lambda p: params.index(p[0])))
     return TrainSig("threader", params, ordered[0][0], ordered[0][1], pairs=ordered,
@@ -296,8 +295,6 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
 
 def advancing_loops(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> frozenset[int]:
     """Source-order indices of ``fn``'s loops with a training call inside: the state changes every iteration."""
-    from tern.features.training.train_steps import _passing_calls
-
-    calls = [c for c, sig in _passing_calls(fn, sigs) if sig.updates]
+    calls = [c for c, sig in passing_calls(fn, sigs) if sig.updates]
     return frozenset(i for i, loop in enumerate(_loops(fn))
                      if any(n is c for s in loop.body for n in ast.walk(s) for c in calls))

@@ -29,7 +29,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from tern.features.training.train_steps import TRAINABLE, _is_tape, _own_nodes, _tail
+from tern.features.training.step_syntax import TRAINABLE, is_tape, own_nodes, tail
+
 
 TRANSLATED = ("train_step", "test_step")
 #: names the translation introduces inside the method
@@ -107,7 +108,7 @@ def _tracker_reason(attr: str, value: ast.Call) -> str | None:
 
 def _metrics_property(methods: dict[str, ast.FunctionDef], trackers: set[str]) -> str | None:
     prop = methods.get("metrics")
-    if prop is None or not any(_tail(d) == "property" for d in prop.decorator_list):
+    if prop is None or not any(tail(d) == "property" for d in prop.decorator_list):
         return ("the class has no `metrics` property: Keras' default `model.metrics` also holds the compiled loss and "
                 "metrics and every tracked sublayer's, which fit resets and reports: list the trackers in a `metrics` "
                 "property")
@@ -207,7 +208,7 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    own = list(_own_nodes(fn))
+    own = list(own_nodes(fn))
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own):
         return None, "the override yields"
     returns = [n for n in own if isinstance(n, ast.Return)]
@@ -234,7 +235,7 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
         reason = _model_use_reason(pure, model_attrs)
         if reason:
             return None, reason
-        if any(_is_tape(n) for s in pure for n in ast.walk(s)):
+        if any(is_tape(n) for s in pure for n in ast.walk(s)):
             return None, "a tf.GradientTape in `test_step`: not translated"
         loss, grads, aux, stored = None, None, (), _stores(pure)
     for stmt in eager:
@@ -249,8 +250,8 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
 
 def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
     """``(loss, grads, names the tape binds, the statements after the optimizer step, names the pure part binds)`` of a train_step's pure part, or why not."""
-    tapes = [i for i, s in enumerate(pure) if isinstance(s, ast.With) and any(_is_tape(it.context_expr) for it in s.items)]
-    if len(tapes) != 1 or sum(_is_tape(n) for s in pure for n in ast.walk(s)) != 1:
+    tapes = [i for i, s in enumerate(pure) if isinstance(s, ast.With) and any(is_tape(it.context_expr) for it in s.items)]
+    if len(tapes) != 1 or sum(is_tape(n) for s in pure for n in ast.walk(s)) != 1:
         return "one top-level `with tf.GradientTape() as tape:` block is needed (nested or several tapes are not translated yet)"
     at = tapes[0]
     tape = pure[at]
@@ -263,7 +264,7 @@ def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
         return "`grads = tape.gradient(loss, self.trainable_weights)` and `self.optimizer.apply_gradients(...)` must follow the tape"
     grad_stmt, apply_stmt, middle = after[0], after[1], after[2:]
     call = grad_stmt.value if isinstance(grad_stmt, ast.Assign) else None
-    if not (isinstance(call, ast.Call) and _tail(call.func) == "gradient" and isinstance(call.func, ast.Attribute)
+    if not (isinstance(call, ast.Call) and tail(call.func) == "gradient" and isinstance(call.func, ast.Attribute)
             and isinstance(call.func.value, ast.Name) and call.func.value.id == name and len(grad_stmt.targets) == 1
             and isinstance(grad_stmt.targets[0], ast.Name) and len(call.args) == 2 and not call.keywords
             and isinstance(call.args[0], ast.Name) and _is_trainable(call.args[1])):
@@ -274,7 +275,7 @@ def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
             and isinstance(apply.func.value, ast.Attribute) and apply.func.value.attr == "optimizer"
             and isinstance(apply.func.value.value, ast.Name) and apply.func.value.value.id == "self"
             and len(apply.args) == 1 and not apply.keywords and isinstance(apply.args[0], ast.Call)
-            and _tail(apply.args[0].func) == "zip" and len(apply.args[0].args) == 2
+            and tail(apply.args[0].func) == "zip" and len(apply.args[0].args) == 2
             and isinstance(apply.args[0].args[0], ast.Name) and apply.args[0].args[0].id == grads
             and _is_trainable(apply.args[0].args[1])):
         return ("right after tape.gradient: `self.optimizer.apply_gradients(zip(grads, self.trainable_weights))` "

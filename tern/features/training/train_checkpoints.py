@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 
+from tern.features.training.step_syntax import INTRODUCED, is_build, nested_use, own_nodes, positional, TrainSig
+
 #: attributes of a translated checkpoint a function may use besides its counters
 CHECKPOINT_USES = frozenset({"restore", "save_counter"})
 #: attributes of a translated manager a function may use
@@ -230,14 +232,12 @@ def restoring_pair(fn: ast.FunctionDef, sigs, params) -> set[tuple[str, str]]:
 
 
 def checkpointer(fn: ast.FunctionDef, sigs):
-    from tern.features.training.train_steps import INTRODUCED, TrainSig, _is_build, _nested_use, _own_nodes, _positional
-
-    params = _positional(fn)
+    params = positional(fn)
     pair = checkpoint_pair(fn, sigs, params) if params else None
     if pair is None:
         return None, None
     model, optimizer = pair
-    own = list(_own_nodes(fn))
+    own = list(own_nodes(fn))
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in sigs and sigs[n.func.id].updates
            for n in own):
         return None, None  # passes the state to a step: a threader
@@ -246,11 +246,11 @@ def checkpointer(fn: ast.FunctionDef, sigs):
         return None, None  # updates the state: a threader
     if reason:
         return None, reason
-    nested = _nested_use(fn, pair)
+    nested = nested_use(fn, pair)
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda"
     for node in own:
-        if _is_build(node, model, optimizer):
+        if is_build(node, model, optimizer):
             allowed.update({id(node.value.func.value), id(node.value.args[0].value)})
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in sigs \
                 and sigs[node.func.id].kind == "checkpointer":

@@ -29,109 +29,24 @@ reason its TODO gives. The rewrites live in ``rules/structure/gradient_tape_step
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
-from tern.features.training import train_checkpoints
-
-#: names the rewritten functions introduce; a function already using one is left alone
-INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
-TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
-SEVERAL_OPTIMIZERS = ("several apply_gradients in one step, not each `O.apply_gradients(zip(g, M.trainable_variables))` "
-                      "after its own tape (see tern/features/training/multi_state_steps.py)")
-
-
-@dataclass(frozen=True)
-class TrainSig:
-    """How a translated training function is called: state in ``model``'s place, ``optimizer`` dropped."""
-
-    kind: str  # "step", "threader", "reader" or "checkpointer" (``tern/features/training/train_checkpoints.py``)
-    params: tuple[str, ...]
-    model: str
-    optimizer: str | None = None
-    #: a checkpointer's returned values that are checkpoints/managers (``("checkpoint", "manager")``)
-    returns: tuple[str | None, ...] = ()
-    #: local names bound to a translated checkpoint or manager, with their role
-    checkpoints: tuple[tuple[str, str], ...] = ()
-    #: a threader that makes its optimizer (``optimizer``, a local) next to the model it is given
-    builds: bool = False
-    #: several (model, optimizer) pairs, each its own ``<model>_state`` (``tern/features/training/multi_state_steps.py``)
-    pairs: tuple[tuple[str, str], ...] = ()
-    #: a multi-state step's tapes in source order: (state, indices of the loops around it)
-    draws: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    #: source-order indices of the loops in which the state advances (a training call or tape inside)
-    advancing: frozenset[int] = frozenset()
-
-    @property
-    def states(self) -> tuple[tuple[str, str, str | None], ...]:
-        """``(state name, model, optimizer)`` per train state the translation takes."""
-        if self.pairs:
-            return tuple((f"{m}_state", m, o) for m, o in self.pairs)
-        return (("state", self.model, self.optimizer),)
-
-    @property
-    def updates(self) -> bool:
-        return self.kind in ("step", "threader")
-
-
-def _tail(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
-
-
-def _is_tape(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and _tail(node.func) == "GradientTape"
-
-
-def _own_nodes(fn: ast.FunctionDef):
-    """Every node of ``fn`` except those of nested functions and lambdas."""
-    todo = list(ast.iter_child_nodes(fn))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-
-
-def _nested_use(fn: ast.FunctionDef, names) -> str | None:
-    """A name of ``names`` read inside a nested function or lambda (a rename would miss it)."""
-    own = {id(n) for n in _own_nodes(fn)}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and node.id in names and id(node) not in own:
-            return node.id
-    return None
-
-
-def _positional(fn: ast.FunctionDef) -> tuple[str, ...] | None:
-    if fn.args.vararg or fn.args.kwarg or fn.args.posonlyargs:
-        return None
-    return tuple(a.arg for a in fn.args.args)
-
-
-def _names(nodes) -> set[str]:
-    return {n.id for n in nodes if isinstance(n, ast.Name)}
-
-
-def _trainable_of(node: ast.expr, model: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr in TRAINABLE and _tail(node.value) == model and isinstance(node.value, ast.Name)
-
+from tern.features.training import multi_state_steps, train_checkpoints
+from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, own_nodes, parent_map, passing_calls, positional, sig_name, tail, trainable_of, TrainSig
 
 def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     """``(signature, None)`` for a step tern translates, ``(None, reason)`` for one it cannot,
     ``(None, None)`` for a function that is not a training step at all."""
-    own = list(_own_nodes(fn))
-    tapes = [n for n in own if isinstance(n, ast.With) and any(_is_tape(i.context_expr) for i in n.items)]
-    applies = [n for n in own if isinstance(n, ast.Call) and _tail(n.func) == "apply_gradients"]
+    own = list(own_nodes(fn))
+    tapes = [n for n in own if isinstance(n, ast.With) and any(is_tape(i.context_expr) for i in n.items)]
+    applies = [n for n in own if isinstance(n, ast.Call) and tail(n.func) == "apply_gradients"]
     if not tapes or not applies:
         return None, None
     if len(applies) > 1:
         return None, SEVERAL_OPTIMIZERS
-    if len(tapes) > 1 or any(_is_tape(n) for t in tapes for s in t.body for n in ast.walk(s)):
+    if len(tapes) > 1 or any(is_tape(n) for t in tapes for s in t.body for n in ast.walk(s)):
         return None, ("nested or several tf.GradientTape blocks (e.g. a gradient penalty): not translated yet; "
                       "differentiate an inner function with jax.grad inside the loss function")
-    params = _positional(fn)
+    params = positional(fn)
     if params is None:
         return None, "the step takes *args, **kwargs or positional-only parameters"
     tape = tapes[0]
@@ -144,7 +59,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
         return None, ("tf.GradientTape(persistent=..., watch_accessed_variables=...): a tape used more than once or "
                       "watching only some variables: not translated yet")
     tape_name = tape.items[0].optional_vars.id
-    uses = [n for n in own if isinstance(n, ast.Attribute) and _tail(n.value) == tape_name and isinstance(n.value, ast.Name)]
+    uses = [n for n in own if isinstance(n, ast.Attribute) and tail(n.value) == tape_name and isinstance(n.value, ast.Name)]
     if any(u.attr != "gradient" for u in uses):
         other = next(u.attr for u in uses if u.attr != "gradient")
         return None, (f"tape.{other}: gradients with respect to watched tensors (inputs) are not translated yet; "
@@ -152,7 +67,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     after = fn.body[fn.body.index(tape) + 1:]
     grad_at = [i for i, s in enumerate(after) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
                and isinstance(s.value.func, ast.Attribute) and s.value.func.attr == "gradient"
-               and _tail(s.value.func.value) == tape_name]
+               and tail(s.value.func.value) == tape_name]
     if len(grad_at) != 1 or len(uses) != 1:
         return None, "tape.gradient must be called once, as `grads = tape.gradient(loss, model.trainable_variables)`"
     grad_stmt = after[grad_at[0]]
@@ -170,15 +85,15 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
         return None, "optimizer.apply_gradients must be a statement of its own after tape.gradient"
     optimizer = apply.func.value.id
     pairs = apply.args[0]
-    if not (isinstance(pairs, ast.Call) and _tail(pairs.func) == "zip" and len(pairs.args) == 2
-            and isinstance(pairs.args[0], ast.Name) and _trainable_of(pairs.args[1], model)):
+    if not (isinstance(pairs, ast.Call) and tail(pairs.func) == "zip" and len(pairs.args) == 2
+            and isinstance(pairs.args[0], ast.Name) and trainable_of(pairs.args[1], model)):
         return None, "apply_gradients takes something other than zip(grads, model.trainable_variables)"
     if model not in params or optimizer not in params or model == optimizer:
         return None, ("the model and the optimizer are not both parameters of the step (a step over objects it "
                       "creates or reads from globals is not translated yet)")
     current = grads
     for stmt in after[grad_at[0] + 1:apply_at[0]]:
-        if current not in _names(ast.walk(stmt)):
+        if current not in names_in(ast.walk(stmt)):
             continue
         if _is_global_norm_clip(stmt, current):
             current = stmt.targets[0].elts[0].id
@@ -187,7 +102,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
                       "in JAX they are a pytree shaped like the params, not a list: not translated yet")
     if pairs.args[0].id != current:
         return None, "apply_gradients applies other gradients than tape.gradient computed"
-    nested = _nested_use(fn, (model, optimizer))
+    nested = nested_use(fn, (model, optimizer))
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda of the step"
     if any(isinstance(n, ast.Name) and n.id in (model, optimizer) and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
@@ -220,13 +135,13 @@ def _short(node: ast.AST) -> str:
 def _is_global_norm_clip(stmt: ast.stmt, grads: str) -> bool:
     return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
             and len(stmt.targets[0].elts) == 2 and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)
-            and isinstance(stmt.value, ast.Call) and _tail(stmt.value.func) == "clip_by_global_norm"
+            and isinstance(stmt.value, ast.Call) and tail(stmt.value.func) == "clip_by_global_norm"
             and stmt.value.args and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id == grads)
 
 
 def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> str | None:
     allowed = {id(grad_stmt.value.args[1]), id(apply.args[0].args[1]), id(apply.func)}
-    calls = [n for n in _own_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == model]
+    calls = [n for n in own_nodes(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == model]
     if not calls:
         return "the model is not called inside the tape"
     if len(calls) > 1:
@@ -241,7 +156,7 @@ def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> s
             if isinstance(node, ast.Attribute) and node.attr == "losses" and isinstance(node.value, ast.Name) \
                     and node.value.id == model and i >= call_at:
                 allowed.add(id(node))  # the terms of this forward pass: keras_model_losses(model_state)
-    own = list(_own_nodes(fn))
+    own = list(own_nodes(fn))
     # the names inside the allowed uses: the model call's callee, `M.trainable_variables`, `O.apply_gradients`
     allowed_names = {id(n.value) if isinstance(n, ast.Attribute) else id(n) for n in own if id(n) in allowed}
     for node in own:
@@ -282,39 +197,21 @@ def _hoistable(tape: ast.With, call: ast.Call, fn, model: str) -> str | None:
 # -- threaders and readers --------------------------------------------------------
 
 
-def _arg_at(call: ast.Call, sig: TrainSig, param: str) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == param:
-            return kw.value
-    index = sig.params.index(param)
-    if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
-        return call.args[index]
-    return None
-
-
-def _passing_calls(fn, sigs: dict[str, TrainSig]):
-    for node in _own_nodes(fn):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in sigs:
-            yield node, sigs[node.func.id]
-
-
 def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:
-    params = _positional(fn)
-    own = {id(n) for n in _own_nodes(fn)}
+    params = positional(fn)
+    own = {id(n) for n in own_nodes(fn)}
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in sigs and sigs[n.func.id].updates
            and id(n) not in own for n in ast.walk(fn)):
         return None, "a training call inside a lambda or nested function cannot pass the state on; write a loop"
-    if any(sig.updates and sig.pairs for _, sig in _passing_calls(fn, sigs)):
-        from tern.features.training import multi_state_steps
-
+    if any(sig.updates and sig.pairs for _, sig in passing_calls(fn, sigs)):
         return multi_state_steps.multi_threader(fn, sigs)
     pairs = set()
-    for call, sig in _passing_calls(fn, sigs):
+    for call, sig in passing_calls(fn, sigs):
         if not sig.updates:
             continue
         if sig.builds:
             return None, f"`{sig_name(call)}` makes its own optimizer: a function handing it the model is not threaded yet"
-        m_arg, o_arg = _arg_at(call, sig, sig.model), _arg_at(call, sig, sig.optimizer)
+        m_arg, o_arg = arg_at(call, sig, sig.model), arg_at(call, sig, sig.optimizer)
         if not (isinstance(m_arg, ast.Name) and isinstance(o_arg, ast.Name)):
             return None, f"`{sig_name(call)}` gets a model or optimizer that is not a plain name"
         pairs.add((m_arg.id, o_arg.id))
@@ -332,53 +229,51 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
             return None, reason
     elif model not in params or optimizer not in params:
         return None, "the model is created here, not passed in: building its train state is not translated yet"
-    nested = _nested_use(fn, (model, optimizer))
+    nested = nested_use(fn, (model, optimizer))
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda"
     allowed: set[int] = set()
-    for call, sig in _passing_calls(fn, sigs):
+    for call, sig in passing_calls(fn, sigs):
         for param in (sig.model, sig.optimizer):
             if param is not None:
-                arg = _arg_at(call, sig, param)
+                arg = arg_at(call, sig, param)
                 if arg is not None:
                     allowed.add(id(arg))
-    parents = _parents(fn)
+    parents = parent_map(fn)
     if builds:
         allowed |= _before_build(fn, model, optimizer)
         built_at = fn.body[_build_index(fn, model, optimizer)].end_lineno
-        if any(call.lineno <= built_at for call, _ in _passing_calls(fn, sigs)):
+        if any(call.lineno <= built_at for call, _ in passing_calls(fn, sigs)):
             return None, f"a training call before `{optimizer}.build(...)`, where the train state is made"
-    for node in _own_nodes(fn):
-        if _is_build(node, model, optimizer):
+    for node in own_nodes(fn):
+        if is_build(node, model, optimizer):
             allowed.update({id(node.value.func.value), id(node.value.args[0].value)})
         if _is_optimizer_read(node, optimizer, parents):
             allowed.add(id(node.value))
-    saved, _, reason = train_checkpoints.uses(fn, sigs, model, optimizer, list(_own_nodes(fn)))
+    saved, _, reason = train_checkpoints.uses(fn, sigs, model, optimizer, list(own_nodes(fn)))
     if reason:
         return None, reason
     allowed |= saved
-    for node in _own_nodes(fn):
+    for node in own_nodes(fn):
         if isinstance(node, ast.Name) and node.id in (model, optimizer) and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than the training calls: not translated yet"
-    for call, sig in _passing_calls(fn, sigs):
+    for call, sig in passing_calls(fn, sigs):
         if sig.updates:
-            reason = _hoist_refusal(fn, call)
+            reason = hoist_refusal(fn, call)
             if reason:
                 return None, reason
     names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
-    if "state" in names or "state" in params or any(f"{sig_name(c)}_result" in names for c, _ in _passing_calls(fn, sigs)):
+    if "state" in names or "state" in params or any(f"{sig_name(c)}_result" in names for c, _ in passing_calls(fn, sigs)):
         return None, "the function already uses the name `state`, which its translation needs"
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn)):
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_nodes(fn)):
         return None, "a generator"
-    from tern.features.training.multi_state_steps import advancing_loops
-
     return TrainSig("threader", params, model, optimizer, checkpoints=train_checkpoints.roles(fn, sigs),
-                    builds=builds, advancing=advancing_loops(fn, sigs)), None
+                    builds=builds, advancing=multi_state_steps.advancing_loops(fn, sigs)), None
 
 
 def _build_index(fn: ast.FunctionDef, model: str, optimizer: str) -> int | None:
     """Where in ``fn.body`` the optimizer is built for the model (a top-level statement), if it is."""
-    return next((i for i, stmt in enumerate(fn.body) if _is_build(stmt, model, optimizer)), None)
+    return next((i for i, stmt in enumerate(fn.body) if is_build(stmt, model, optimizer)), None)
 
 
 def _builder_refusal(fn: ast.FunctionDef, model: str, optimizer: str) -> str | None:
@@ -411,70 +306,6 @@ def _before_build(fn: ast.FunctionDef, model: str, optimizer: str) -> set[int]:
             if isinstance(n, ast.Name) and n.id in (model, optimizer)}
 
 
-UNROLLED = "results"  # the list a `return [... for ...]` of training calls is built in
-
-
-def _parents(fn: ast.FunctionDef) -> dict[int, ast.AST]:
-    return {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
-
-
-def unrollable(fn: ast.FunctionDef, comp: ast.AST, parent: ast.AST) -> bool:
-    """A list comprehension that is a whole statement's value (``xs = [...]``, ``return [...]``),
-    with one ``for`` and no ``if``, whose loop names nothing else in ``fn`` uses: it can
-    become a ``for`` loop appending to the list, so training calls in its element can rebind
-    the state."""
-    if not (isinstance(comp, ast.ListComp) and len(comp.generators) == 1 and not comp.generators[0].ifs
-            and not comp.generators[0].is_async):
-        return False
-    if isinstance(parent, ast.Assign):
-        if not (parent.value is comp and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
-            return False
-    elif isinstance(parent, ast.Return):
-        if UNROLLED in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
-            return False
-    else:
-        return False
-    targets = {n.id for n in ast.walk(comp.generators[0].target) if isinstance(n, ast.Name)}
-    inside = {id(n) for n in ast.walk(comp)}
-    return not any(isinstance(n, ast.Name) and n.id in targets and id(n) not in inside for n in ast.walk(fn))
-
-
-def _hoist_refusal(fn: ast.FunctionDef, call: ast.Call) -> str | None:
-    """Why a training call cannot be hoisted into a statement of its own just before its
-    statement (``state, r = step(state, ...)``), if it cannot: it must be evaluated exactly once,
-    there, which lambdas, conditional expressions and comprehension elements do not guarantee.
-    A comprehension's first iterable is evaluated once where the comprehension stands; a
-    statement-level list comprehension (``unrollable``) becomes a loop first."""
-    parents = _parents(fn)
-    child, node = call, parents.get(id(call))
-    while node is not None and not isinstance(node, ast.stmt):
-        if isinstance(node, ast.Lambda):
-            return "a training call inside a lambda cannot pass the state on"
-        if isinstance(node, (ast.IfExp, ast.BoolOp)):
-            return "a training call inside a conditional expression; make it a statement"
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            first_iter = isinstance(child, ast.comprehension) and child is node.generators[0]
-            if not first_iter:
-                statement = parents.get(id(node))
-                if child is getattr(node, "elt", None) and unrollable(fn, node, statement):
-                    return None
-                return ("a training call inside a comprehension cannot pass the state on (only `xs = [f(...) for x in "
-                        "items]` with one for and no if is rewritten); write a loop")
-        if isinstance(node, ast.comprehension) and child is not node.iter:
-            return "a training call in a comprehension's condition; write a loop"
-        child, node = node, parents.get(id(node))
-    if isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.Match)):
-        return "a training call in the header of an if/for/while/with; assign its result first"
-    return None
-
-
-def _is_build(node, model: str, optimizer: str) -> bool:
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-            and node.value.func.attr == "build" and _tail(node.value.func.value) == optimizer
-            and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1
-            and _trainable_of(node.value.args[0], model))
-
-
 #: optimizer attributes a threader may read: Keras' values at the threaded state's step
 #: (``state.step``, ``state.tx.learning_rate_at(state.step)``)
 OPTIMIZER_READS = frozenset({"learning_rate", "iterations"})
@@ -489,26 +320,22 @@ def _is_optimizer_read(node, optimizer: str, parents: dict[int, ast.AST]) -> boo
     return not (isinstance(parent, ast.Attribute) and parent.value is node)
 
 
-def sig_name(call: ast.Call) -> str:
-    return _tail(call.func)
-
-
 def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
-    params = _positional(fn)
+    params = positional(fn)
     if params is None:
         return None
     names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
     if "state" in names or "state" in params:
         return None
     for param in params:
-        uses = [n for n in _own_nodes(fn) if isinstance(n, ast.Name) and n.id == param]
-        if not uses or _nested_use(fn, (param,)):
+        uses = [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == param]
+        if not uses or nested_use(fn, (param,)):
             continue
         ok, evidence = True, False
-        calls = {id(n.func): n for n in _own_nodes(fn) if isinstance(n, ast.Call)}
+        calls = {id(n.func): n for n in own_nodes(fn) if isinstance(n, ast.Call)}
         passed = {}
-        for call, sig in _passing_calls(fn, sigs):
-            arg = _arg_at(call, sig, sig.model)
+        for call, sig in passing_calls(fn, sigs):
+            arg = arg_at(call, sig, sig.model)
             if arg is not None and sig.kind == "reader":
                 passed[id(arg)] = call
         for use in uses:
@@ -556,7 +383,6 @@ def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict
     """Signatures of the package's training functions, and refusals by function name."""
     sigs: dict[str, TrainSig] = {}
     refusals: dict[str, str] = {}
-    from tern.features.training import multi_state_steps  # it builds on this module's helpers
 
     several: list[ast.FunctionDef] = []
     for fn in functions:
