@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.nodes import holder
 
 REASON = ("this layer has an activity regularizer and is called again in the same pass: Keras adds one "
           "penalty per call, the translation keeps the last one only; call a separate layer, or add "
@@ -28,14 +29,6 @@ def _regularized(ctx, value: cst.BaseExpression) -> bool:
                and not m.matches(a.value, m.Name("None")) for a in value.args)
 
 
-def _key(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
-        return "self." + node.attr.value
-    return None
-
-
 class _Bindings(cst.CSTVisitor):
     def __init__(self, ctx, names: set[str]):
         self.ctx, self.names = ctx, names
@@ -43,7 +36,7 @@ class _Bindings(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if _regularized(self.ctx, node.value):
             for target in node.targets:
-                key = _key(target.target)
+                key = holder(target.target)
                 if key is not None:
                     self.names.add(key)
 
@@ -78,7 +71,7 @@ class SharedActivityRule(Rule):
         return None
 
     def leave_call(self, ctx, original, updated):
-        key = _key(original.func)
+        key = holder(original.func)
         stack = self._stack(ctx)
         if key is None or not stack or key not in stack[-1][0]:
             return None

@@ -32,20 +32,13 @@ from tern.engine.results import Refusal
 from tern.engine.rule import Rule
 from tern.features.training.trainer_calls import call_refusal, rewrite
 from tern.features.training import TrainingFacts
+from tern.engine.nodes import holder
 
 HANDLED = "compiled_model_handled"  # same key as structure/compiled_model_calls.py: module_calls.py skips these
 INLINE = {"keras.Sequential": "keras.Sequential", "keras.models.Sequential": "keras.Sequential",
           "keras.Model": "keras.Model", "keras.models.Model": "keras.Model"}
 LAYOUT = ("the model holds layers whose Keras variables are not the Flax arrays as they are (split per gate, or "
           "reshaped), so Keras' weight list has no one-to-one counterpart")
-
-
-def _key(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
-        return "self." + node.attr.value
-    return None
 
 
 def _tracked(ctx) -> dict[str, frozenset]:
@@ -66,7 +59,7 @@ def _arg(call: cst.Call, params: tuple[str, ...], param: str) -> int | None:
 
 def sources(ctx, node: cst.BaseExpression) -> frozenset | None:
     """The package classes and functions a model expression comes from (None: not known to be a model)."""
-    key = _key(node)
+    key = holder(node)
     if key is not None:
         if key in _tracked(ctx):
             return _tracked(ctx)[key]
@@ -116,7 +109,7 @@ class CompiledModelCallsRule(Rule):
                         and len(target.target.elements) == len(small.value.elements):
                     pairs = [(t.value, v.value) for t, v in zip(target.target.elements, small.value.elements)]
                 for name, value in pairs:
-                    key = _key(name)
+                    key = holder(name)
                     got = sources(ctx, value) if key is not None else None
                     if got is not None:
                         _tracked(ctx)[key] = got
@@ -138,7 +131,7 @@ class CompiledModelCallsRule(Rule):
         model_sources = sources(ctx, func.value)
         if model_sources is None:
             return None
-        known_to_registry = _key(func.value) in ctx.rule_state.get("module_names", {})
+        known_to_registry = holder(func.value) in ctx.rule_state.get("module_names", {})
         if method == "get_weights" and known_to_registry:
             return None  # module_calls.py reads the registry in Keras' order
         why = call_refusal(ctx, model_sources, original)

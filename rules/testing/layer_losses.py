@@ -19,6 +19,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern_rules.testing import module_calls
+from tern.engine.nodes import holder
 
 SUPPORT = "keras_model_losses"
 REASON = ("Keras recomputes weight penalties from the current weights and keeps the terms of the last call; "
@@ -28,16 +29,8 @@ _ASSERTIONS = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(value=m.
     lambda name: name.startswith(("assert", "fail"))))))
 
 
-def _key(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
-        return "self." + node.attr.value
-    return None
-
-
 def _is_read(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Attribute) and node.attr.value == "losses" and _key(node.value) is not None
+    return isinstance(node, cst.Attribute) and node.attr.value == "losses" and holder(node.value) is not None
 
 
 class _Flow:
@@ -103,11 +96,11 @@ class _Flow:
     # -- expressions, in evaluation order ------------------------------------------------
     def expr(self, node: cst.CSTNode, state) -> None:
         if _is_read(node):
-            key = _key(node.value)
+            key = holder(node.value)
             self.reads[id(node)] = self.reads.get(id(node), True) and state.get(key, False)
             return
         if isinstance(node, cst.Call):
-            key = _key(node.func)
+            key = holder(node.func)
             if key is None:
                 if isinstance(node.func, cst.Attribute):
                     self.expr(node.func.value, state)  # a method call uses its receiver
@@ -124,7 +117,7 @@ class _Flow:
                              cst.IfExp, cst.BooleanOperation, cst.NamedExpr)):
             self.poison(node, state)  # may run zero or several times
             return
-        key = _key(node)
+        key = holder(node)
         if key is not None:
             state[key] = False
             if key == "self":
@@ -144,7 +137,7 @@ class _Flow:
             def visit_Attribute(self, attr: cst.Attribute) -> bool:
                 if _is_read(attr):
                     flow.reads[id(attr)] = False
-                key = _key(attr)
+                key = holder(attr)
                 if key is not None:
                     state[key] = False
                 return True
@@ -181,7 +174,7 @@ class LayerLossesRule(Rule):
         if not _is_read(original) or module_calls.RULE._instance(ctx, original.value) is None:
             return None
         if not ctx.rule_state.get(self.id, {}).get(id(original)):
-            ctx.todo(f"{_key(original.value)}.losses", REASON)
+            ctx.todo(f"{holder(original.value)}.losses", REASON)
             return None
         variables = cst.Call(func=cst.Name("_tern_variables"), args=[cst.Arg(updated.value)])
         return cst.Call(func=cst.Name(SUPPORT), args=[cst.Arg(variables)])

@@ -21,6 +21,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern_rules.structure.sequential import becomes_nn_sequential
+from tern.engine.nodes import holder
 
 
 LEAVES = {
@@ -44,7 +45,7 @@ def assigned_pairs(assign: cst.Assign, ctx=None):
     for target in assign.targets:
         t, v = target.target, assign.value
         if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call) and ctx is not None:
-            returned = ctx.rule_state.get("tuple_returns", {}).get(_key(v.func))
+            returned = ctx.rule_state.get("tuple_returns", {}).get(holder(v.func))
             if returned is not None and len(returned) == len(t.elements):
                 v = cst.Tuple([cst.Element(e) for e in returned])
         if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, (cst.Tuple, cst.List)) and len(t.elements) == len(v.elements):
@@ -152,14 +153,6 @@ def package_reaches(ctx, layers: frozenset[str]) -> bool:
     return any(ctx.package.reaches(name, layers) for name in (*ctx.package.classes, *ctx.package.factories))
 
 
-def _key(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
-        return "self." + node.attr.value
-    return None
-
-
 def _layout(ctx, kind) -> str:
     """How a layer view gives the weights: "keras" (the Flax arrays are Keras' variables), "flax" (some are
     reshaped or transposed: Keras' names refused), "split" (some Keras variables are several Flax arrays)."""
@@ -221,7 +214,7 @@ class ModuleCallsRule(Rule):
                         and ctx.resolve(value.func) in MODELS and len(ctx.frames) == 1:
                     ctx.frames[0].tags.add("after_model")  # the graph ends here (rules/structure/functional_model.py)
                 kind = _module_kind(ctx, value)
-                key = _key(target)
+                key = holder(target)
                 if kind is not None and key:
                     _modules(ctx)[key] = kind
                 if key and _is_plain_sequential(ctx, value):
@@ -231,7 +224,7 @@ class ModuleCallsRule(Rule):
         return None
 
     def _instance(self, ctx, node: cst.BaseExpression):
-        key = _key(node)
+        key = holder(node)
         if key is not None and key in _modules(ctx):
             return _modules(ctx)[key]
         return _module_kind(ctx, node)
@@ -326,7 +319,7 @@ class ModuleCallsRule(Rule):
             return None
         if isinstance(kind, str) and kind.startswith("layer:"):
             return None
-        if _key(receiver) not in _plain_sequentials(ctx) and not _is_plain_sequential(ctx, receiver):
+        if holder(receiver) not in _plain_sequentials(ctx) and not _is_plain_sequential(ctx, receiver):
             ctx.todo("keras.Model.layers", LAYER_LIST)
             return None
         args = [cst.Arg(updated.value)]

@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Protocol
+from typing import Callable
 
 import libcst as cst
 
 from tern.engine.names import dotted_name
 from tern.engine.results import Refusal
-from tern.engine.templates import expand_template
-
-
-class ConvertContext(Protocol):
-    def resolve(self, node: cst.BaseExpression) -> str | None: ...
-    def value_target(self, kind: str, source: str) -> str | None: ...
-    def target_expr(self, code: str) -> cst.BaseExpression: ...
-    def value_lookup(self, kind: str, node: cst.BaseExpression) -> cst.BaseExpression: ...
+from tern.engine.templates import RenderContext, expand_template
 
 
 Result = cst.BaseExpression | None | Refusal
@@ -53,8 +46,8 @@ def _code(node: cst.BaseExpression) -> str:
     return cst.Module([]).code_for_node(node)
 
 
-def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
-    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def _by_table(kind: str) -> Callable[[cst.BaseExpression, RenderContext], Result]:
+    def convert(node: cst.BaseExpression, ctx: RenderContext) -> Result:
         value = _literal(node)
         if value is None:
             return ctx.target_expr("None") if kind != "activation" else None
@@ -97,7 +90,7 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, ConvertContext], Resul
 _DISTRIBUTIONS = {"truncated_normal": "truncated_normal", "untruncated_normal": "normal", "uniform": "uniform"}
 
 
-def _config_initializer(value: dict, ctx: ConvertContext) -> Result:
+def _config_initializer(value: dict, ctx: RenderContext) -> Result:
     """A Keras initializer config dict (what ``keras.initializers.get`` deserializes) as the
     flax initializer it describes: VarianceScaling with its scale, mode and distribution
     written out, or a class taking no arguments (a seed is dropped: init brings the key)."""
@@ -126,7 +119,7 @@ def _is_target_side(func: cst.BaseExpression) -> bool:
     return (dotted_name(func) or "").startswith(("nn.", "jax.", "jnp.", "functools.partial"))
 
 
-def padding(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def padding(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     value = _literal(node)
     if isinstance(value, str) and value.lower() in ("same", "valid"):
         return cst.SimpleString(f'"{value.upper()}"')
@@ -139,8 +132,8 @@ def padding(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     return Refusal(f"padding `{_code(node)}` is not 'same'/'valid'")
 
 
-def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
-    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def _tuple_of(n: int) -> Callable[[cst.BaseExpression, RenderContext], Result]:
+    def convert(node: cst.BaseExpression, ctx: RenderContext) -> Result:
         value = _literal(node)
         if value is None:
             return None  # Keras' None means "the default": as if not passed
@@ -158,7 +151,7 @@ def _tuple_of(n: int) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
     return convert
 
 
-def noise_shape(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def noise_shape(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     """Keras' Dropout ``noise_shape`` as flax's ``broadcast_dims``: a literal shape whose
     ``None`` entries take the input's size and whose 1s broadcast one mask over that axis
     (any other size is the input's own, as Keras requires)."""
@@ -173,14 +166,14 @@ def noise_shape(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
     return cst.parse_expression("(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")")
 
 
-def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, ConvertContext], Result]:
+def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, RenderContext], Result]:
     """TF's ``ksize``/``strides`` of an ``n``-D pool (``None``: ``tf.nn.max_pool``, whose rank is
     the input's) as flax.linen's spatial tuple. TF takes an int, or a list of 1, n or n + 2 ints
     whose first and last (batch and channels, NHWC) must be 1. A literal is converted here; a
     variable at run time by ``tf_pool_window`` (rules/support), which fails loudly on what it
     cannot read."""
 
-    def convert(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+    def convert(node: cst.BaseExpression, ctx: RenderContext) -> Result:
         value = _literal(node)
         if value is _NOT_LITERAL:
             return cst.parse_expression(f"tf_pool_window({_code(node)}{'' if n is None else f', {n}'})")
@@ -204,7 +197,7 @@ def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, ConvertContext], 
     return convert
 
 
-def negate(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def negate(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     value = _literal(node)
     if isinstance(value, bool):
         return cst.Name(str(not value))
@@ -216,7 +209,7 @@ def negate(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
 _ACTIVATION = _by_table("activation")
 
 
-def cell_activation(node: cst.BaseExpression, ctx: ConvertContext) -> Result:
+def cell_activation(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     """An activation field whose default is not the identity (RNN cells): ``None`` and
     ``"linear"`` become ``jax.nn.identity``, not a dropped argument."""
     out = _ACTIVATION(node, ctx)
@@ -260,7 +253,7 @@ def regularizer(node: cst.BaseExpression, ctx) -> Result:
     )
 
 
-CONVERTERS: dict[str, Callable[[cst.BaseExpression, ConvertContext], Result]] = {
+CONVERTERS: dict[str, Callable[[cst.BaseExpression, RenderContext], Result]] = {
     "activation": _ACTIVATION,
     "cell_activation": cell_activation,
     "initializer": _by_table("initializer"),

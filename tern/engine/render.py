@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.engine.convert import CONVERTERS, ConvertContext
-from tern.engine.records import DROP, Signature
+from tern.engine.convert import CONVERTERS
+from tern.engine.records import DROP, ApiRecord, Signature
 from tern.engine.results import Refusal, code
-from tern.engine.templates import expand_template, wrap
+from tern.engine.templates import RenderContext, expand_template, wrap
 
 # Keyword arguments every Keras layer accepts that only matter to Keras' own bookkeeping.
 LAYER_BOOKKEEPING = {"name", "input_shape", "input_dim", "batch_input_shape", "batch_size"}
@@ -74,7 +74,7 @@ def _is_inert(node: cst.BaseExpression, values: tuple[str, ...]) -> bool:
 
 
 def map_arguments(
-    sig: Signature, bound: Bound, ctx: ConvertContext, *, bookkeeping: set[str] = frozenset()
+    sig: Signature, bound: Bound, ctx: RenderContext, *, bookkeeping: set[str] = frozenset()
 ) -> dict[str, cst.BaseExpression] | Refusal:
     """Source args -> converted values keyed by *source* param (dropped ones removed)."""
     out: dict[str, cst.BaseExpression] = {}
@@ -105,7 +105,7 @@ def map_arguments(
 
 def build_call(
     target: cst.BaseExpression, sig: Signature, bound: Bound, mapped: dict[str, cst.BaseExpression],
-    ctx: ConvertContext,
+    ctx: RenderContext,
 ) -> cst.Call:
     """A target call: the leading ``positional`` params positionally while all of them up to
     there are present (however the source passed them: some targets are positional-only),
@@ -158,7 +158,7 @@ def commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return out
 
 
-def api_call(ctx, record, call: cst.Call) -> cst.BaseExpression | Refusal:
+def api_call(ctx: RenderContext, record: ApiRecord, call: cst.Call) -> cst.BaseExpression | Refusal:
     """The translation of ``call`` (its arguments already translated) by an ``[[api]]`` record
     with a target or template, parenthesized when it is not atomic (``a * b + c``); used by the
     engine for names it resolves and by rules for calls only they recognize (a BaseRandomLayer's

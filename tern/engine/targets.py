@@ -8,6 +8,7 @@ Rules write targets as full dotted names (``jax.numpy.sum``); this module turns 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -173,12 +174,20 @@ def _is_docstring_or_future(stmt: cst.CSTNode) -> bool:
     return isinstance(small, cst.ImportFrom) and dotted_name(small.module or cst.Name("x")) == "__future__"
 
 
+@dataclass(frozen=True)
+class FinalImports:
+    """A module with its imports settled, and what changed: the imports added, the source imports removed."""
+
+    module: cst.Module
+    added: list[str]
+    removed: list[str]
+
+
 def finalize_imports(
     module: cst.Module, plan: ImportPlan, todo_comment, kept_comment=None, allowed: frozenset[str] = frozenset(),
-) -> tuple[cst.Module, list[str], list[str]]:
+) -> FinalImports:
     """Add scheduled imports; drop unused TF/Keras imports; TODO the used ones.
 
-    Returns the module, the imports added and the source imports removed.
     ``todo_comment(stmt, construct, reason)`` marks a TF import that must stay;
     ``kept_comment(stmt)`` marks one whose every use is allowed TF (names in ``allowed``:
     tf.data), which is not residue.
@@ -233,4 +242,4 @@ def finalize_imports(
             else:
                 break
         kept[at:at] = new_imports
-    return module.with_changes(body=kept), added, removed
+    return FinalImports(module.with_changes(body=kept), added, removed)

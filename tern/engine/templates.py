@@ -9,10 +9,33 @@ support definition, and ``{key}``/``{dropout_key}`` for a PRNG key the context s
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 import libcst as cst
 
+from tern.engine.records import Tables
 from tern.engine.results import Refusal, code, value_table_name
+
+
+class RenderContext(Protocol):
+    """What rendering a record asks of the file being translated: the one interface
+    ``templates``, ``convert`` and ``render`` take (``FileContext`` is the one implementation),
+    so none of them imports the context or calls back into more of it than this."""
+
+    tables: Tables
+    #: value kinds looked up at run time; rendering a ``{table:kind}`` adds the kind
+    value_tables: set[str]
+    #: module-level names bound to a literal Keras config dict (``initializer=CONFIG``)
+    keras_configs: dict[str, dict]
+
+    def resolve(self, node: cst.BaseExpression) -> str | None: ...
+    def target_expr(self, text: str) -> cst.BaseExpression: ...
+    def target_name(self, dotted: str) -> cst.BaseExpression: ...
+    def value_target(self, kind: str, source: str) -> str | None: ...
+    def value_lookup(self, kind: str, node: cst.BaseExpression) -> cst.BaseExpression: ...
+    def dtype_source(self, source: str) -> str: ...
+    def api_todo(self, record) -> str: ...
+    def rng_key(self, stream: str = ...) -> cst.BaseExpression | Refusal: ...
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: template placeholders that ask the context for a PRNG key, and the Flax RNG stream a module draws it
@@ -37,7 +60,7 @@ def wrap(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-def _table_name(ctx, kind: str) -> str:
+def _table_name(ctx: RenderContext, kind: str) -> str:
     ctx.value_tables.add(kind)
     return value_table_name(kind)
 
@@ -91,7 +114,7 @@ def _guard_holds(when: dict[str, list[str]], values: dict[str, cst.BaseExpressio
 
 
 def expand_template(
-    template: str | list[str], values: dict[str, cst.BaseExpression], ctx, defaults: dict[str, str] | None = None,
+    template: str | list[str], values: dict[str, cst.BaseExpression], ctx: RenderContext, defaults: dict[str, str] | None = None,
     *, strict: bool = True, guarded: frozenset[str] = frozenset(),
 ) -> cst.BaseExpression | Refusal:
     """Fill ``{param}`` placeholders with argument code; ``[[...]]`` spans need all theirs.

@@ -823,16 +823,18 @@ def translate_module(
             return _with_comment(stmt, comment, header)
 
     if ctx.edits:
-        out, added, removed = finalize_imports(out, plan, import_todo, kept_comment, allowed)
-        for text in removed:
+        final = finalize_imports(out, plan, import_todo, kept_comment, allowed)
+        out = final.module
+        for text in final.removed:
             ctx.edits.append(Edit("imports", text, ""))
-        for text in added:
+        for text in final.added:
             ctx.edits.append(Edit("imports", "", text))
     else:
-        out, _, _ = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed)
-    out, support, added = _import_support(out, support_module)
-    if added:
-        ctx.edits.append(Edit("imports", "", added))
+        out = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed).module
+    imported = _import_support(out, support_module)
+    out, support = imported.module, imported.names
+    if imported.added:
+        ctx.edits.append(Edit("imports", "", imported.added))
     text = out.code
     uses = []
     if ctx.kept_tf:
@@ -841,9 +843,16 @@ def translate_module(
     return Translation(text, ctx.edits, todos_in(text), uses, notes=ctx.notes, support=support)
 
 
-def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module, tuple[str, ...], str]:
+@dataclass(frozen=True)
+class _SupportImport:
+    module: cst.Module  # importing every support definition its code refers to and does not define
+    names: tuple[str, ...]  # those definitions
+    added: str  # the import's text when it is new, else ""
+
+
+def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     """The module importing, from its package's support module, every support definition its
-    code refers to and does not define itself; the names; the import's text when it is new.
+    code refers to and does not define itself.
 
     Found on the finished text rather than told by the rules, so a rerun (whose rules do not
     fire again) keeps exactly the import the first run wrote."""
@@ -852,11 +861,11 @@ def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module
     stripped = module.with_changes(body=body)
     text = stripped.code
     if not any(name in text for name in _support_prefixes()):
-        return stripped, (), ""
+        return _SupportImport(stripped, (), "")
     tree = ast.parse(text)
     used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
     if not used:
-        return stripped, (), ""
+        return _SupportImport(stripped, (), "")
     statement = import_statement(support_module, used)
     node = cst.parse_statement(statement)
     at = 0
@@ -870,7 +879,7 @@ def _import_support(module: cst.Module, support_module: str) -> tuple[cst.Module
             break
     body.insert(at, node)
     new = statement not in previous
-    return stripped.with_changes(body=body), tuple(used), statement.strip() if new else ""
+    return _SupportImport(stripped.with_changes(body=body), tuple(used), statement.strip() if new else "")
 
 
 def _imports_from(stmt: cst.CSTNode, support_module: str) -> bool:

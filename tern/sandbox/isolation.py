@@ -188,7 +188,7 @@ class Guard:
 
     def install(self) -> None:
         """Wrap what forks or writes without an audit event of its own, then add the hook."""
-        import _posixsubprocess  # subprocess and multiprocessing fork through it without an audit event
+        import _posixsubprocess  # noqa: PLC2701 - subprocess and multiprocessing fork through it without an audit event
 
         fork_exec = _posixsubprocess.fork_exec
         _posixsubprocess.fork_exec = _audited(fork_exec, lambda *a, **k: ("_posixsubprocess.fork_exec",))
