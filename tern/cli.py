@@ -373,7 +373,7 @@ def mcp_server(
 ) -> None:
     """Serve tern's tools (translate, verify, run_test, explain_todo, remaining) to a coding
     agent over the Model Context Protocol, on stdin/stdout. Needs tern[mcp] (docs/mcp.md)."""
-    from tern.sandbox.client import resolve_mode
+    from tern.sandbox.daemon import resolve_mode
 
     if project is not None and not project.is_dir():
         sys.stderr.write(f"error: no such directory: {project}\n")
@@ -491,7 +491,8 @@ def weights(
     """
     import anyio
 
-    from tern.sandbox.client import DaemonUnavailable, resolve_mode
+    from tern.sandbox.client import DaemonUnavailable
+    from tern.sandbox.daemon import resolve_mode
     from tern.verify import weights_cmd
 
     try:

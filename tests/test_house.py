@@ -112,3 +112,41 @@ def test_ruff_clean():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "tern", "rules", "tests", "eval"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def _imported_names(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in ("tern", "tern_rules"):
+            for alias in node.names:
+                yield node.lineno, node.module, alias.name
+
+
+def test_every_import_of_our_own_names_resolves():
+    """Each ``from tern... import name`` (function-level ones too) names something that exists
+    where it says, and not only through another module's import of it: a moved name
+    fails here, not in the one run that reaches a function-level import."""
+    import importlib
+
+    missing, borrowed = [], []
+    files = [p for d in ("tern", "rules", "eval", "tests") for p in sorted((ROOT / d).rglob("*.py"))
+             if not (d == "rules" and p.relative_to(ROOT / d).parts[0] == "support") and "training_data" not in p.parts]
+    for path in files:
+        for line, module_name, name in _imported_names(path):
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                missing.append(f"{path.relative_to(ROOT)}:{line}: {module_name}: {exc}")
+                continue
+            if hasattr(module, name):
+                source = getattr(module, name)
+                home = getattr(source, "__module__", None)
+                if (home or "").split(".")[0] in ("tern", "tern_rules") and home != module_name \
+                        and not isinstance(source, type(importlib)) and name not in getattr(module, "__all__", ()):
+                    borrowed.append(f"{path.relative_to(ROOT)}:{line}: {module_name}.{name} is {home}'s")
+                continue
+            try:
+                importlib.import_module(f"{module_name}.{name}")
+            except ImportError:
+                missing.append(f"{path.relative_to(ROOT)}:{line}: {module_name} has no {name}")
+    assert missing == []
+    assert borrowed == []

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from tern.cli import app
 from tern.sandbox import client
-from tern.sandbox.client import DaemonUnavailable, open_runner, request, resolve_mode, stop_daemon
+from tern.sandbox.client import DaemonUnavailable, open_runner, request, stop_daemon
+from tern.sandbox.daemon import resolve_mode
 from tern.sandbox.daemon import paths_for, server_pid, version_key
 from tern.sandbox.jobs import Job
 

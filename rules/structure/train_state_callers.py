@@ -18,7 +18,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
-from tern.features.training.train_steps import OPTIMIZER_READS, UNROLLED
+from tern.features.training.step_syntax import UNROLLED
+from tern.features.training.train_steps import OPTIMIZER_READS
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
 from tern.features.training import TrainingFacts
 

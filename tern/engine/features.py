@@ -3,9 +3,10 @@
 The engine knows tables, names and rendering. Training steps, tf.data pipelines and
 random draws are *features*: each package under ``tern/features/`` exports ``FEATURE``,
 an instance of a ``Feature`` subclass that overrides the hooks it needs and names the
-facts type it keeps about a package. They are found by walking ``tern.features``, as
-rules are found under ``rules/``, so the engine imports none of them (import-linter
-checks it: ``pyproject.toml``).
+facts type it keeps about a package. A rule that needs package-wide facts of its own
+exports a ``FEATURE`` beside its ``RULE`` (one file for a new construct). They are found
+by walking ``tern.features`` and the rule folders, so the engine imports none of them
+(import-linter checks it: ``pyproject.toml``).
 
 A feature's package facts live in ``PackageInfo.fact(ItsFacts)``; its per-file facts in
 ``FileContext.file_fact(ItsFileFacts)``. Hooks run in the features' ``order``.
@@ -84,13 +85,24 @@ class Feature:
         return None
 
 
+#: where features are found: each module (or package) directly under these exports ``FEATURE`` or not
+FEATURE_HOMES = ("tern.features", "tern_rules.structure", "tern_rules.testing")
+
+
 @functools.cache
 def features() -> tuple[Feature, ...]:
-    """Every ``FEATURE`` under ``tern.features``, in order."""
-    package = importlib.import_module("tern.features")
+    """Every ``FEATURE`` of ``FEATURE_HOMES``, in order."""
+    return collect(FEATURE_HOMES)
+
+
+def collect(homes: tuple[str, ...]) -> tuple[Feature, ...]:
     found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        feature = getattr(importlib.import_module(f"tern.features.{info.name}"), "FEATURE", None)
-        if isinstance(feature, Feature):
-            found.append(feature)
+    for home in homes:
+        package = importlib.import_module(home)
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            if info.name.startswith("_"):
+                continue
+            feature = getattr(importlib.import_module(f"{home}.{info.name}"), "FEATURE", None)
+            if isinstance(feature, Feature):
+                found.append(feature)
     return tuple(sorted(found, key=lambda f: (f.order, type(f).__name__)))

@@ -101,7 +101,7 @@ def run_suites(paths: list[Path], *, out_dir: Path | None, baseline: Path | None
     from tern.evaluation import llm as llm_seam
     from tern.evaluation.run import Options, evaluate
     from tern.evaluation.suite import SuiteError, load_suites
-    from tern.sandbox.client import resolve_mode
+    from tern.sandbox.daemon import resolve_mode
     from tern.sandbox.daemon import find_project
     from tern.verify.config import ConfigError
 

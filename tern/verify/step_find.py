@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tern.features.training.train_steps import SEVERAL_OPTIMIZERS, analyse, step_refusal
+from tern.features.training.step_syntax import SEVERAL_OPTIMIZERS
+from tern.features.training.train_steps import analyse, step_refusal
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from tern.engine.features import Feature
 from tern.engine.results import Refusal
 from tern.features.training.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
 from tern.features.training.multi_state_steps import draw_state
-from tern.features.training.train_steps import TrainSig, analyse
+from tern.features.training.step_syntax import TrainSig
+from tern.features.training.train_steps import analyse
 
 
 @dataclass
