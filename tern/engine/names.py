@@ -7,6 +7,7 @@ much less: the module's import aliases, plus which names a function rebinds loca
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
@@ -171,9 +172,16 @@ class SourceFacts:
         return queue.pop(0) if queue else None
 
 
-def ast_bindings(node) -> dict[str, str]:
-    import ast
+def ast_tail(node: ast.expr) -> str:
+    """The last part of a name or attribute on Python's ``ast`` (``tf.keras.Model`` -> ``Model``); "" otherwise."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
 
+
+def ast_bindings(node) -> dict[str, str]:
     out = {}
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -189,8 +197,6 @@ def ast_bindings(node) -> dict[str, str]:
 
 
 def _ast_signature(node) -> tuple:
-    import ast
-
     args = node.args
     names = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
     return ("lambda" if isinstance(node, ast.Lambda) else node.name, names)
@@ -204,8 +210,6 @@ def _cst_signature(node: cst.FunctionDef | cst.Lambda) -> tuple:
 
 def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
     """Same answer as ``function_scope`` for the matching LibCST node."""
-    import ast
-
     args = fn.args
     bound = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
     bound |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
@@ -231,8 +235,6 @@ def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
 
 
 def source_facts(source: str) -> SourceFacts | None:
-    import ast
-
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TypeVar
 
 from tern.engine.features import features
+from tern.engine.names import ast_tail
 
 T = TypeVar("T")
 
@@ -184,14 +184,6 @@ def config_copy_of(node: ast.expr) -> str | None:
     return copied if ast.unparse(inner.func.value) == copied else None
 
 
-def _base_tail(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
-
-
 def _weights(cls: ast.ClassDef) -> dict[str, WeightInfo]:
     out: dict[str, WeightInfo] = {}
     for node in ast.walk(cls):
@@ -230,7 +222,7 @@ def _stored_submodels(cls: ast.ClassDef) -> tuple[str, ...]:
     rebound = {t.id for n in ast.walk(init) for t in _store_targets(n) if isinstance(t, ast.Name)}
     stores: dict[str, list[ast.expr]] = {}
     for node in ast.walk(cls):
-        if isinstance(node, ast.Call) and _base_tail(node.func) == "add_weight":
+        if isinstance(node, ast.Call) and ast_tail(node.func) == "add_weight":
             return ()
         for target in _store_targets(node):
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
@@ -270,11 +262,11 @@ def _holds_no_layer(value: ast.expr | None) -> bool:
 
 def _plain_sequential(node: ast.expr | None, training_layers: frozenset[str]) -> bool:
     """``Sequential([...])`` of a literal list of layer calls, none taking the training flag."""
-    if not (isinstance(node, ast.Call) and _base_tail(node.func) == "Sequential"):
+    if not (isinstance(node, ast.Call) and ast_tail(node.func) == "Sequential"):
         return False
     layers = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "layers"), None)
     return isinstance(layers, (ast.List, ast.Tuple)) and all(
-        isinstance(e, ast.Call) and _base_tail(e.func) not in training_layers for e in layers.elts)
+        isinstance(e, ast.Call) and ast_tail(e.func) not in training_layers for e in layers.elts)
 
 
 def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[str]) -> bool:
@@ -296,7 +288,7 @@ def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[st
 
 def _returns_model(fn: ast.FunctionDef) -> bool:
     for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and _base_tail(node.func) in ("Model", "Sequential"):
+        if isinstance(node, ast.Call) and ast_tail(node.func) in ("Model", "Sequential"):
             return True
     return False
 
@@ -327,7 +319,7 @@ def _builds_training_layers(fn: ast.FunctionDef, names: frozenset[str]) -> bool:
         node = stack.pop()
         if isinstance(node, ast.ClassDef):
             continue
-        if isinstance(node, ast.Call) and _base_tail(node.func) in names:
+        if isinstance(node, ast.Call) and ast_tail(node.func) in names:
             return True
         stack.extend(ast.iter_child_nodes(node))
     return False
@@ -350,7 +342,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             info.calls[node.name] = {
-                _base_tail(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)
+                ast_tail(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
@@ -359,7 +351,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         if isinstance(node, ast.FunctionDef) and _returns_plain_sequential(node, training_layers):
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
-            bases = tuple(_base_tail(b) for b in node.bases)
+            bases = tuple(ast_tail(b) for b in node.bases)
             info.classes[node.name] = ClassInfo(
                 node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node),
                 frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),

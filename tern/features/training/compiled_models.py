@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from tern.engine.names import ast_tail
 from tern.features.training.step_overrides import ClassSteps, analyse_class
 
 #: methods and attributes of a Keras model the trainer stands in for
@@ -133,14 +134,6 @@ def refusal(facts: ModelFacts, sources: Sources, reaches, method: str) -> str | 
 
 
 # -- the call-site analysis --------------------------------------------------------
-
-
-def _tail(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
 
 
 def _own_nodes(fn):
@@ -252,7 +245,7 @@ class _Analysis:
         if expr is None or depth > 8:
             return None
         if isinstance(expr, ast.Call):
-            tail = _tail(expr.func)
+            tail = ast_tail(expr.func)
             if tail in self.makers:
                 return frozenset({tail})
             if tail in INLINE_MODELS:

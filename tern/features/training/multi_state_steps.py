@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import ast
 
-from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, own_nodes, passing_calls, positional, sig_name, tail, trainable_of, TrainSig
+from tern.engine.names import ast_tail
+from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, own_nodes, passing_calls, positional, sig_name, trainable_of, TrainSig
 
 
 
@@ -45,14 +46,14 @@ def _blocks(fn: ast.FunctionDef):
 
 def _apply_pair(stmt: ast.stmt) -> tuple[str, str, str] | None:
     """``O.apply_gradients(zip(g, M.trainable_variables))`` -> (O, g, M)."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and tail(stmt.value.func) == "apply_gradients"):
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and ast_tail(stmt.value.func) == "apply_gradients"):
         return None
     call = stmt.value
     if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and len(call.args) == 1
             and not call.keywords):
         return None
     pairs = call.args[0]
-    if not (isinstance(pairs, ast.Call) and tail(pairs.func) == "zip" and len(pairs.args) == 2
+    if not (isinstance(pairs, ast.Call) and ast_tail(pairs.func) == "zip" and len(pairs.args) == 2
             and isinstance(pairs.args[0], ast.Name) and isinstance(pairs.args[1], ast.Attribute)
             and pairs.args[1].attr in TRAINABLE and isinstance(pairs.args[1].value, ast.Name)):
         return None
@@ -65,7 +66,7 @@ def _gradient(stmt: ast.stmt, tape: str, grads: str, model: str) -> str | None:
             and stmt.targets[0].id == grads and isinstance(stmt.value, ast.Call)):
         return None
     call = stmt.value
-    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "gradient" and tail(call.func.value) == tape
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "gradient" and ast_tail(call.func.value) == tape
             and len(call.args) == 2 and not call.keywords and isinstance(call.args[0], ast.Name)
             and trainable_of(call.args[1], model)):
         return None
@@ -104,7 +105,7 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
                 return [], (f"`{optimizer}.apply_gradients` must follow `{grads} = tape.gradient(loss, "
                             f"{model}.trainable_variables)` in the same block")
             j = grad_at[0]
-            tape = tail(block[j].value.func.value)
+            tape = ast_tail(block[j].value.func.value)
             withs = [k for k in range(j) if isinstance(block[k], ast.With) and len(block[k].items) == 1
                      and is_tape(block[k].items[0].context_expr)
                      and isinstance(block[k].items[0].optional_vars, ast.Name)
@@ -130,7 +131,7 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
 
 def _gradient_any(stmt, grads, model) -> bool:
     return (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)
-            and stmt.value.func.attr == "gradient" and _gradient(stmt, tail(stmt.value.func.value), grads, model) is not None)
+            and stmt.value.func.attr == "gradient" and _gradient(stmt, ast_tail(stmt.value.func.value), grads, model) is not None)
 
 
 def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig | None, str | None]:

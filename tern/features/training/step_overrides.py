@@ -29,7 +29,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from tern.features.training.step_syntax import TRAINABLE, is_tape, own_nodes, tail
+from tern.engine.names import ast_tail
+from tern.features.training.step_syntax import TRAINABLE, is_tape, own_nodes
 
 
 TRANSLATED = ("train_step", "test_step")
@@ -108,7 +109,7 @@ def _tracker_reason(attr: str, value: ast.Call) -> str | None:
 
 def _metrics_property(methods: dict[str, ast.FunctionDef], trackers: set[str]) -> str | None:
     prop = methods.get("metrics")
-    if prop is None or not any(tail(d) == "property" for d in prop.decorator_list):
+    if prop is None or not any(ast_tail(d) == "property" for d in prop.decorator_list):
         return ("the class has no `metrics` property: Keras' default `model.metrics` also holds the compiled loss and "
                 "metrics and every tracked sublayer's, which fit resets and reports: list the trackers in a `metrics` "
                 "property")
@@ -264,7 +265,7 @@ def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
         return "`grads = tape.gradient(loss, self.trainable_weights)` and `self.optimizer.apply_gradients(...)` must follow the tape"
     grad_stmt, apply_stmt, middle = after[0], after[1], after[2:]
     call = grad_stmt.value if isinstance(grad_stmt, ast.Assign) else None
-    if not (isinstance(call, ast.Call) and tail(call.func) == "gradient" and isinstance(call.func, ast.Attribute)
+    if not (isinstance(call, ast.Call) and ast_tail(call.func) == "gradient" and isinstance(call.func, ast.Attribute)
             and isinstance(call.func.value, ast.Name) and call.func.value.id == name and len(grad_stmt.targets) == 1
             and isinstance(grad_stmt.targets[0], ast.Name) and len(call.args) == 2 and not call.keywords
             and isinstance(call.args[0], ast.Name) and _is_trainable(call.args[1])):
@@ -275,7 +276,7 @@ def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
             and isinstance(apply.func.value, ast.Attribute) and apply.func.value.attr == "optimizer"
             and isinstance(apply.func.value.value, ast.Name) and apply.func.value.value.id == "self"
             and len(apply.args) == 1 and not apply.keywords and isinstance(apply.args[0], ast.Call)
-            and tail(apply.args[0].func) == "zip" and len(apply.args[0].args) == 2
+            and ast_tail(apply.args[0].func) == "zip" and len(apply.args[0].args) == 2
             and isinstance(apply.args[0].args[0], ast.Name) and apply.args[0].args[0].id == grads
             and _is_trainable(apply.args[0].args[1])):
         return ("right after tape.gradient: `self.optimizer.apply_gradients(zip(grads, self.trainable_weights))` "

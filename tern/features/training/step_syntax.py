@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tern.engine.names import ast_tail
+
 #: names the rewritten functions introduce; a function already using one is left alone
 INTRODUCED = frozenset({"state", "params", "model_state", "compute_loss"})
 TRAINABLE = frozenset({"trainable_variables", "trainable_weights"})
@@ -51,16 +53,8 @@ class TrainSig:
         return self.kind in ("step", "threader")
 
 
-def tail(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return ""
-
-
 def is_tape(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and tail(node.func) == "GradientTape"
+    return isinstance(node, ast.Call) and ast_tail(node.func) == "GradientTape"
 
 
 def own_nodes(fn: ast.FunctionDef):
@@ -93,7 +87,7 @@ def names_in(nodes) -> set[str]:
 
 
 def trainable_of(node: ast.expr, model: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr in TRAINABLE and tail(node.value) == model and isinstance(node.value, ast.Name)
+    return isinstance(node, ast.Attribute) and node.attr in TRAINABLE and ast_tail(node.value) == model and isinstance(node.value, ast.Name)
 
 
 def arg_at(call: ast.Call, sig: TrainSig, param: str) -> ast.expr | None:
@@ -171,10 +165,10 @@ def hoist_refusal(fn: ast.FunctionDef, call: ast.Call) -> str | None:
 
 def is_build(node, model: str, optimizer: str) -> bool:
     return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-            and node.value.func.attr == "build" and tail(node.value.func.value) == optimizer
+            and node.value.func.attr == "build" and ast_tail(node.value.func.value) == optimizer
             and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1
             and trainable_of(node.value.args[0], model))
 
 
 def sig_name(call: ast.Call) -> str:
-    return tail(call.func)
+    return ast_tail(call.func)

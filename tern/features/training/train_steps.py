@@ -31,14 +31,15 @@ from __future__ import annotations
 import ast
 
 from tern.features.training import multi_state_steps, train_checkpoints
-from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, own_nodes, parent_map, passing_calls, positional, sig_name, tail, trainable_of, TrainSig
+from tern.engine.names import ast_tail
+from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, own_nodes, parent_map, passing_calls, positional, sig_name, trainable_of, TrainSig
 
 def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     """``(signature, None)`` for a step tern translates, ``(None, reason)`` for one it cannot,
     ``(None, None)`` for a function that is not a training step at all."""
     own = list(own_nodes(fn))
     tapes = [n for n in own if isinstance(n, ast.With) and any(is_tape(i.context_expr) for i in n.items)]
-    applies = [n for n in own if isinstance(n, ast.Call) and tail(n.func) == "apply_gradients"]
+    applies = [n for n in own if isinstance(n, ast.Call) and ast_tail(n.func) == "apply_gradients"]
     if not tapes or not applies:
         return None, None
     if len(applies) > 1:
@@ -59,7 +60,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
         return None, ("tf.GradientTape(persistent=..., watch_accessed_variables=...): a tape used more than once or "
                       "watching only some variables: not translated yet")
     tape_name = tape.items[0].optional_vars.id
-    uses = [n for n in own if isinstance(n, ast.Attribute) and tail(n.value) == tape_name and isinstance(n.value, ast.Name)]
+    uses = [n for n in own if isinstance(n, ast.Attribute) and ast_tail(n.value) == tape_name and isinstance(n.value, ast.Name)]
     if any(u.attr != "gradient" for u in uses):
         other = next(u.attr for u in uses if u.attr != "gradient")
         return None, (f"tape.{other}: gradients with respect to watched tensors (inputs) are not translated yet; "
@@ -67,7 +68,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     after = fn.body[fn.body.index(tape) + 1:]
     grad_at = [i for i, s in enumerate(after) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
                and isinstance(s.value.func, ast.Attribute) and s.value.func.attr == "gradient"
-               and tail(s.value.func.value) == tape_name]
+               and ast_tail(s.value.func.value) == tape_name]
     if len(grad_at) != 1 or len(uses) != 1:
         return None, "tape.gradient must be called once, as `grads = tape.gradient(loss, model.trainable_variables)`"
     grad_stmt = after[grad_at[0]]
@@ -85,7 +86,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
         return None, "optimizer.apply_gradients must be a statement of its own after tape.gradient"
     optimizer = apply.func.value.id
     pairs = apply.args[0]
-    if not (isinstance(pairs, ast.Call) and tail(pairs.func) == "zip" and len(pairs.args) == 2
+    if not (isinstance(pairs, ast.Call) and ast_tail(pairs.func) == "zip" and len(pairs.args) == 2
             and isinstance(pairs.args[0], ast.Name) and trainable_of(pairs.args[1], model)):
         return None, "apply_gradients takes something other than zip(grads, model.trainable_variables)"
     if model not in params or optimizer not in params or model == optimizer:
@@ -135,7 +136,7 @@ def _short(node: ast.AST) -> str:
 def _is_global_norm_clip(stmt: ast.stmt, grads: str) -> bool:
     return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
             and len(stmt.targets[0].elts) == 2 and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)
-            and isinstance(stmt.value, ast.Call) and tail(stmt.value.func) == "clip_by_global_norm"
+            and isinstance(stmt.value, ast.Call) and ast_tail(stmt.value.func) == "clip_by_global_norm"
             and stmt.value.args and isinstance(stmt.value.args[0], ast.Name) and stmt.value.args[0].id == grads)
 
 
