@@ -483,13 +483,14 @@ def weights(
     """
     import anyio
 
+    from tern.errors import UsageError
     from tern.sandbox.client import DaemonUnavailable, resolve_mode
     from tern.verify import weights_cmd
 
     try:
         daemon = resolve_mode(daemon)
         if project is not None and not project.is_dir():
-            raise weights_cmd.UsageError(f"--project {project}: no such directory")
+            raise UsageError(f"--project {project}: no such directory")
         request = weights_cmd.make_request(source, original=original, translated=translated, out=out_dir, model=model,
                                            fmt=fmt, args=args, kwargs=kwargs, shapes=tuple(input_shape),
                                            dtypes=tuple(input_dtype), rtol=rtol, atol=atol)

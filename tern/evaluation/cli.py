@@ -26,15 +26,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tern.errors import UsageError
 from tern.evaluation import html, render
 from tern.evaluation import report as eval_report
 from tern.evaluation.compare import compare
 from tern.evaluation.score import CaseResult
 from tern.status import Grade
-
-
-class UsageError(ValueError):
-    pass
 
 
 class BarProgress:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tern.errors import UsageError
 from tern.pr import body as pr_body
 from tern.pr.body import Context, Migrated
 from tern.pr.branch import ForeignCommits
@@ -40,10 +41,6 @@ from tern.pr.pulls import PullRequests, Texts
 
 REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 DEFAULT_LABELS = ("tern", "migration")
-
-
-class UsageError(ValueError):
-    """Bad usage or configuration: exit 2 before anything is done."""
 
 
 class UnitError(RuntimeError):

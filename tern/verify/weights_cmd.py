@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tern.errors import UsageError
 from tern.status import Status
 from tern.verify.arrays import pack, unpack
 from tern.weights_io import CHECKPOINT, REPORT, publish
@@ -30,10 +31,6 @@ FORMATS = ("keras", "h5", "checkpoint", "savedmodel")
 _MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 #: the report's status when the request turned out unusable (exit 2, nothing written)
 USAGE = "usage"
-
-
-class UsageError(ValueError):
-    """The command line names something that cannot be used; the message says what."""
 
 
 @dataclass(frozen=True)
