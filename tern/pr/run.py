@@ -97,7 +97,7 @@ def version() -> str:
         return "0"
 
 
-def run(options: Options, *, say: Callable[[str], None], note: Callable[[str], None],
+def open_pull_requests(options: Options, *, say: Callable[[str], None], note: Callable[[str], None],
         sleep: Callable[[float], None] = time.sleep) -> int:
     """Exit status: 0 done (or nothing to do), 1 a package failed (its work kept), 2 bad usage."""
     try:

@@ -208,7 +208,7 @@ def _value(result: Any, what: str, report: dict) -> dict | None:
     return value
 
 
-async def run(request: Request, *, project: Path, daemon: str) -> dict:
+async def port_and_publish(request: Request, *, project: Path, daemon: str) -> dict:
     """The report, with ``--out`` written unless the request turned out unusable."""
     from tern.sandbox.client import open_runner
     from tern.sandbox.daemon import find_project
