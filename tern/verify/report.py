@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tern.status import Status
 from tern.verify.step_report import add_training, training_lines, training_markdown
+
+
+class JobAnswer(NamedTuple):
+    """What one verify job gave: its value (None when the job failed), the failed job's
+    ``JobResult`` (None when it did not fail), and whether the value came from the cache."""
+
+    value: dict | None
+    failure: Any
+    cached: bool
 
 
 @dataclass
@@ -112,8 +121,8 @@ def _owner(test_file: str, modules: list[str], package: str, imported: list[str]
     return f"{package}.{stem}"
 
 
-def build_rows(package: str, modules: list[str], replays: dict[str, tuple], tests: dict[str, tuple],
-               recording: dict | None, record_failure: Any, trains: dict[str, tuple] | None = None,
+def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], tests: dict[str, JobAnswer],
+               recording: dict | None, record_failure: Any, trains: dict[str, JobAnswer] | None = None,
                imports: dict[str, list[str]] | None = None) -> list[ModuleRow]:
     rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
     for module, (value, failure, hit) in replays.items():
@@ -219,7 +228,7 @@ def _cover_by_replays(rows: dict[str, "ModuleRow"]) -> None:
             row.status = Status.EQUIVALENT
 
 
-def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, tuple]) -> None:
+def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, JobAnswer]) -> None:
     """A module with nothing compared of its own whose functions ran in translated test
     files (an abstract base whose ``__init__`` subclasses call) is equivalent when each such
     file passed: those tests checked its code."""
