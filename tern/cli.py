@@ -491,6 +491,7 @@ def weights(
     """
     import anyio
 
+    from tern.errors import UsageError
     from tern.sandbox.client import DaemonUnavailable
     from tern.sandbox.daemon import resolve_mode
     from tern.verify import weights_cmd
@@ -498,7 +499,7 @@ def weights(
     try:
         daemon = resolve_mode(daemon)
         if project is not None and not project.is_dir():
-            raise weights_cmd.UsageError(f"--project {project}: no such directory")
+            raise UsageError(f"--project {project}: no such directory")
         request = weights_cmd.make_request(source, original=original, translated=translated, out=out_dir, model=model,
                                            fmt=fmt, args=args, kwargs=kwargs, shapes=tuple(input_shape),
                                            dtypes=tuple(input_dtype), rtol=rtol, atol=atol)
@@ -506,7 +507,7 @@ def weights(
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)
     try:
-        report = anyio.run(lambda: weights_cmd.run(request, project=project or Path.cwd(), daemon=daemon))
+        report = anyio.run(lambda: weights_cmd.port_and_publish(request, project=project or Path.cwd(), daemon=daemon))
     except DaemonUnavailable as exc:  # --daemon require, and none could be had
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)
@@ -545,12 +546,12 @@ def pr(
 
     Exit 0: done, or nothing to do; 1: a package failed (its local branch and commit are kept); 2: bad usage.
     """
-    from tern.pr import Options, run
+    from tern.pr import Options, open_pull_requests
     from tern.pr.git import Identity
 
     options = Options(paths=list(paths or []), base=base, remote=remote, group=group, out_root=out_root, discover=discover,
                       labels=list(label) if label else None, verify=not no_verify, daemon=daemon, jobs=jobs, dry_run=dry_run,
                       repo=repo, api_url=api_url, token_env=token_env, comment=not no_comment, rebase=rebase,
                       identity=Identity(bot_name, bot_email), cwd=Path.cwd())
-    raise typer.Exit(run(options, say=lambda line: sys.stdout.write(line + "\n"),
-                         note=lambda line: sys.stderr.write(line + "\n")))
+    raise typer.Exit(open_pull_requests(options, say=lambda line: sys.stdout.write(line + "\n"),
+                                        note=lambda line: sys.stderr.write(line + "\n")))

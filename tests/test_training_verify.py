@@ -212,7 +212,7 @@ def test_training_results_are_cached_and_keyed_on_the_modules_the_step_uses(tmp_
     cases = [{"id": "step-1", "target": "steps_pkg.train:train_step", "origin_module": "steps_pkg.model"}]
 
     def train(recording: str = "rec-a") -> bool:
-        return anyio.run(lambda: verifier.train("steps_pkg.train", cases, str(tmp_path / recording), jax_root))[2]
+        return anyio.run(lambda: verifier.train("steps_pkg.train", cases, str(tmp_path / recording), jax_root)).cached
 
     assert train() is False and train() is True and len(runner.jobs) == 1  # the second run is a cache hit
     (translated / "model.py").write_text((translated / "model.py").read_text() + "\n# an edit\n")

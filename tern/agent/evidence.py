@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from tern.agent.units import PackageIndex, Unit
+from tern.status import Status
 from tern.verify.report import PackageReport
 
 #: a frame as Python prints it, and as pytest prints it (``pkg/ops.py:27: in <module>``)
@@ -60,7 +61,7 @@ def read(report: PackageReport, index: PackageIndex, units: list[Unit]) -> tuple
             if target is None:
                 continue
             for unit in reach(target.file, target.name) & wanted:
-                if case["status"] == "match":
+                if case["status"] == Status.MATCH:
                     proof[unit].append(f"replayed call {case['target']} case {case['id']} matched")
                 else:
                     evidence[unit].append(case_text(case))

@@ -31,6 +31,7 @@ from tern.agent.splice import SpliceError, splice
 from tern.agent.tokens import answer_allowance
 from tern.agent.units import PackageIndex, Unit
 from tern.engine.runner import write_atomic
+from tern.status import Status
 from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
@@ -147,7 +148,7 @@ class PackageAgent:
         for row in baseline.rows:  # rule translations that verification caught
             for case in row.cases:
                 unit = index.unit_for_target(case["target"])
-                if case["status"] == "mismatch" and unit is not None and unit not in self.outcomes:
+                if case["status"] == Status.MISMATCH and unit is not None and unit not in self.outcomes:
                     self.outcomes[unit] = UnitOutcome(unit.file, unit.name, unit.kind, reasons=[
                         f"the rule translation differs from the original: {evidence_mod.case_text(case)}"])
                     self.rule_code[unit] = index.source(unit)

@@ -7,6 +7,6 @@ comparison reads, ``compare`` finds regressions, ``render`` and ``html`` show th
 
 from tern.evaluation.compare import compare
 from tern.evaluation.score import CaseResult, summary
-from tern.evaluation.suite import STATUSES, Case, Suite, load_suite
+from tern.evaluation.suite import Case, Suite, load_suite
 
-__all__ = ["STATUSES", "Case", "CaseResult", "Suite", "compare", "load_suite", "summary"]
+__all__ = ["Case", "CaseResult", "Suite", "compare", "load_suite", "summary"]

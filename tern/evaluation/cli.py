@@ -26,14 +26,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tern.errors import UsageError
 from tern.evaluation import html, render
 from tern.evaluation import report as eval_report
 from tern.evaluation.compare import compare
 from tern.evaluation.score import CaseResult
-
-
-class UsageError(ValueError):
-    pass
+from tern.status import Grade
 
 
 class BarProgress:
@@ -57,7 +55,8 @@ class BarProgress:
     def done(self, result: CaseResult) -> None:
         if self.bar is None:
             return
-        style = render.STYLES.get(result.status, "")
+        grade = Grade.get(result.status)
+        style = grade.style if grade else ""
         self.bar.console.print(f"{escape(result.id)}: [{style}]{result.status}[/]" + (" (cached)" if result.cached else ""))
         self.bar.advance(self.task)
 

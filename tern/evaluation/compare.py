@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tern.evaluation.score import RANK
+from tern.status import Grade
 
 MAX_ERROR_FACTOR = 10.0
 ERROR_FLOOR = 1e-6
@@ -33,6 +33,12 @@ def _count(old: dict, new: dict, field: str, total: str, case: str, what: str, w
         better.append(_entry(case, what, f"{old.get(field, 0)}/{old.get(total, 0)}", f"{new.get(field, 0)}/{new.get(total, 0)}"))
 
 
+def _rank(status: str) -> int:
+    """Lower is better; a status this version does not know ranks below every grade."""
+    grade = Grade.get(status)
+    return grade.rank if grade is not None else 99
+
+
 def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     old = {c["id"]: c for c in before["cases"]}
     new = {c["id"]: c for c in after["cases"]}
@@ -43,9 +49,9 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         if now is None:
             regressions.append(_entry(case, "case disappeared", was["status"], None))
             continue
-        if RANK.get(now["status"], 99) > RANK.get(was["status"], 99):
+        if _rank(now["status"]) > _rank(was["status"]):
             regressions.append(_entry(case, "status", was["status"], now["status"]))
-        elif RANK.get(now["status"], 99) < RANK.get(was["status"], 99):
+        elif _rank(now["status"]) < _rank(was["status"]):
             improvements.append(_entry(case, "status", was["status"], now["status"]))
         _count(was, now, "tests_passed", "tests_total", case, "tests passed", regressions, improvements)
         _count(was, now, "replay_matched", "replay_total", case, "replayed calls matched", regressions, improvements)

@@ -22,9 +22,8 @@ from tern.evaluation.render import (
     work,
 )
 from tern.evaluation.score import headline
-from tern.evaluation.suite import STATUSES
+from tern.status import Grade
 
-COLORS = {"verified": "#2e7d32", "partially verified": "#f9a825", "unverified": "#8e8e8e", "failed": "#c62828"}
 PHASES = {"migrate": "#5c6bc0", "llm": "#ad1457", "llm_verify": "#f06292", "record": "#ef6c00", "replay": "#00897b",
           "tests": "#8e24aa"}
 SOURCES = {"rules": "#1565c0", "LLM": "#ad1457"}
@@ -52,7 +51,8 @@ def page(title: str, body: str) -> str:
 
 
 def badge(status: str) -> str:
-    return f'<span class="status" style="background:{COLORS.get(status, "#555")}">{escape(status)}</span>'
+    grade = Grade.get(status)
+    return f'<span class="status" style="background:{grade.color if grade else "#555"}">{escape(status)}</span>'
 
 
 def _svg(chart_id: str, width: int, height: int, parts: list[str], label: str) -> str:
@@ -85,17 +85,17 @@ def status_chart(cases: list[dict], counts: dict[str, int]) -> str:
     width, label_w, row = 560, 220, 16
     total = max(sum(counts.values()), 1)
     parts, x = [], 0.0
-    for status in STATUSES:
+    for status in Grade:
         w = width * counts.get(status, 0) / total
-        parts.append(_rect(x, 0, w, 22, COLORS[status], f"{status}: {counts.get(status, 0)}"))
+        parts.append(_rect(x, 0, w, 22, status.color, f"{status}: {counts.get(status, 0)}"))
         if w > 24:
             parts.append(_text(x + w / 2, 15, str(counts.get(status, 0)), "middle", 'style="fill:#fff"'))
         x += w
-    parts += _legend(COLORS, 42)
+    parts += _legend({grade: grade.color for grade in Grade}, 42)
     for i, case in enumerate(cases):
         y = 56 + i * row
         parts.append(_text(label_w - 6, y + 11, _short(case["id"], 34), "end"))
-        parts.append(_rect(label_w, y + 1, width - label_w, row - 3, COLORS[case["status"]],
+        parts.append(_rect(label_w, y + 1, width - label_w, row - 3, Grade(case["status"]).color,
                            f"{case['id']}: {case['status']}: {case['reason']}"))
         parts.append(_text(label_w + 6, y + 11, case["status"], extra='style="fill:#fff"'))
     return _svg("chart-status", width, 60 + len(cases) * row, parts, "status per case")
@@ -123,7 +123,7 @@ def error_chart(cases: list[dict]) -> str:
         y = 18 + i * row
         parts.append(_text(label_w - 6, y + 11, _short(case["id"], 34), "end"))
         if case.get("max_abs") is not None:
-            parts.append(_rect(label_w, y + 2, x_of(case["max_abs"]) - label_w, row - 5, COLORS[case["status"]],
+            parts.append(_rect(label_w, y + 2, x_of(case["max_abs"]) - label_w, row - 5, Grade(case["status"]).color,
                                f"{case['id']}: max abs {case['max_abs']:.3g}"))
         else:
             parts.append(_text(label_w + 4, y + 11, "nothing compared", extra='class="muted" style="fill:#999"'))

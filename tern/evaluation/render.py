@@ -12,9 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tern.evaluation.score import headline
-
-STYLES = {"verified": "green", "partially verified": "yellow", "unverified": "magenta", "failed": "red"}
-ICONS = {"verified": "✅", "partially verified": "🟡", "unverified": "⚪", "failed": "❌"}
+from tern.status import Grade
 
 
 def ratio(done: int, total: int) -> str:
@@ -98,7 +96,7 @@ def table(report: dict[str, Any], width: int = 120) -> Table:
                   "tests": ratio(case["tests_passed"], case["tests_total"]),
                   "replay": ratio(case["replay_matched"], case["replay_total"]), "max err": error(case["max_abs"]),
                   "rules/LLM": edits(case), "work s": seconds(work(case))}
-        grid.add_row(case_label(report, case), f"[{STYLES[status]}]{status}[/]", *(values[n] for n in names),
+        grid.add_row(case_label(report, case), f"[{Grade(status).style}]{status}[/]", *(values[n] for n in names),
                      *([note(case)] if notes else []))
     return grid
 
@@ -106,7 +104,7 @@ def table(report: dict[str, Any], width: int = 120) -> Table:
 def scorecard(report: dict[str, Any], console: Console) -> None:
     console.print(table(report, console.width))
     for case in report["cases"]:
-        if case["status"] != "verified":
+        if case["status"] != Grade.VERIFIED:
             console.print(f"  {case['id']}: {case['status']}: {case['reason']}", markup=False, highlight=False)
     for suite in report["suites"]:
         for line in suite["notes"]:
@@ -166,7 +164,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"## tern eval: {', '.join(s['name'] for s in report['suites'])}",
         "",
         (f"**score {summary['score']:.1%}** ({counts['verified']}/{summary['cases']} verified) · "
-         f"weighted {summary['weighted']:.1%} · " + " · ".join(f"{ICONS[s]} {n} {s}" for s, n in counts.items())),
+         f"weighted {summary['weighted']:.1%} · " + " · ".join(f"{Grade(s).icon} {n} {s}" for s, n in counts.items())),
         "",
         f"{context_line(report)} · {run_line(report)}",
         "",
@@ -184,11 +182,11 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for case in report["cases"]:
         extra = f" ({note(case)})" if note(case) else ""
-        lines.append(f"| `{_cell(case['id'])}` | {ICONS[case['status']]} {case['status']}{extra} | "
+        lines.append(f"| `{_cell(case['id'])}` | {Grade(case['status']).icon} {case['status']}{extra} | "
                      f"{'yes' if case['translated'] else 'no'} | {case['residue']} | "
                      f"{ratio(case['tests_passed'], case['tests_total'])} | {ratio(case['replay_matched'], case['replay_total'])} | "
                      f"{error(case['max_abs'])} | {edits(case)} | {seconds(work(case))} |")
-    reasons = [case for case in report["cases"] if case["status"] != "verified"]
+    reasons = [case for case in report["cases"] if case["status"] != Grade.VERIFIED]
     if reasons:
         lines += ["", "<details><summary>Why the other cases are not verified</summary>", ""]
         lines += [f"- `{_cell(c['id'])}`: **{c['status']}**: {_cell(c['reason'])}" for c in reasons]

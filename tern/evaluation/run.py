@@ -200,13 +200,15 @@ def translation_facts(case: Case) -> Translation:
 # -- the run --------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Outcome:
+@dataclasses.dataclass(frozen=True)
+class SuiteRun:
+    """Every case's result, in suite order, and how the run went (cache hits, runner, jobs)."""
+
     results: list[CaseResult]
     info: dict[str, Any]
 
 
-def evaluate(suites: list[Suite], options: Options, progress: Progress | None = None) -> Outcome:
+def evaluate(suites: list[Suite], options: Options, progress: Progress | None = None) -> SuiteRun:
     """Every case of ``suites``, in suite order. Raises ConfigError for a bad case config."""
     from tern.sandbox.daemon import find_project
     from tern.verify.cache import Cache
@@ -239,7 +241,7 @@ def evaluate(suites: list[Suite], options: Options, progress: Progress | None = 
             _run_pending(pending, configs, keyed, options, cache, state, results, info, progress)
     finally:
         cache.close()
-    return Outcome([results[case.id] for case in cases], info)
+    return SuiteRun([results[case.id] for case in cases], info)
 
 
 def _finish(result: CaseResult, case: Case) -> CaseResult:

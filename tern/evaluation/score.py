@@ -28,10 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from tern.evaluation.suite import STATUSES
-
-CREDIT = {"verified": 1.0, "partially verified": 0.5, "unverified": 0.0, "failed": 0.0}
-RANK = {status: index for index, status in enumerate(STATUSES)}  # lower is better
+from tern.status import Grade, Status
 
 
 @dataclass
@@ -64,7 +61,7 @@ class CaseResult:
     source: str
     original: str
     out: str  # the translated package that was verified
-    status: str = "failed"
+    status: str = Grade.FAILED
     reason: str = ""
     translated: bool = False
     residue: int = 0
@@ -167,22 +164,22 @@ def _status(result: CaseResult, translation: Translation, rows: list[dict], veri
     by_status: dict[str, list[str]] = {}
     for row in rows:
         by_status.setdefault(row["status"], []).append(row["module"])
-    equivalent, errored = by_status.get("equivalent", []), by_status.get("error", [])
+    equivalent, errored = by_status.get(Status.EQUIVALENT, []), by_status.get(Status.ERROR, [])
     compared = f"{result.replay_total} replayed calls and {result.tests_total} translated tests compared" + \
         (f", training steps {result.training}" if result.training != "n/a" else "")
     if translation.crash:
-        return "failed", f"migrate failed: {translation.crash}"
+        return Grade.FAILED, f"migrate failed: {translation.crash}"
     if verify_error or verify is None:
-        return "failed", f"verification failed: {verify_error or 'not run'}"
-    if by_status.get("mismatch"):
-        return "failed", f"mismatch: {_first_problem(rows, 'mismatch', ('mismatch: ', 'test failed: '))}"
+        return Grade.FAILED, f"verification failed: {verify_error or 'not run'}"
+    if by_status.get(Status.MISMATCH):
+        return Grade.FAILED, f"mismatch: {_first_problem(rows, Status.MISMATCH, ('mismatch: ', 'test failed: '))}"
     if not equivalent:
         if errored:
-            return "failed", f"nothing verified; {_count(errored, 'module')} in error: {_first_problem(rows, 'error', ('error: ',))}"
+            return Grade.FAILED, f"nothing verified; {_count(errored, 'module')} in error: {_first_problem(rows, Status.ERROR, ('error: ',))}"
         if verify.get("record_error"):
-            return "failed", f"nothing verified; recording the original tests failed: {verify['record_error']}"
-        return "unverified", "nothing was compared: no translated test ran and no recorded call was replayed"
-    uncovered = sorted(set(by_status.get("untested", [])) & set(translation.code_modules))
+            return Grade.FAILED, f"nothing verified; recording the original tests failed: {verify['record_error']}"
+        return Grade.UNVERIFIED, "nothing was compared: no translated test ran and no recorded call was replayed"
+    uncovered = sorted(set(by_status.get(Status.UNTESTED, [])) & set(translation.code_modules))
     short = []
     if translation.residue:
         short.append(f"{translation.residue} TODOs left")
@@ -195,8 +192,8 @@ def _status(result: CaseResult, translation: Translation, rows: list[dict], veri
     if uncovered:
         short.append(f"nothing compared in {', '.join(uncovered[:3])}")
     if short:
-        return "partially verified", f"{_count(equivalent, 'module')} equivalent; " + "; ".join(short)
-    return "verified", f"{compared}, all within tolerance"
+        return Grade.PARTIALLY_VERIFIED, f"{_count(equivalent, 'module')} equivalent; " + "; ".join(short)
+    return Grade.VERIFIED, f"{compared}, all within tolerance"
 
 
 def _count(items: list, noun: str) -> str:
@@ -217,11 +214,11 @@ def expectation(status: str, expect: str | None) -> str | None:
         return None
     if status == expect:
         return "met"
-    return "better" if RANK[status] < RANK[expect] else "worse"
+    return "better" if Grade(status).rank < Grade(expect).rank else "worse"
 
 
 def summary(cases: list[CaseResult]) -> dict[str, Any]:
-    counts = {status: sum(c.status == status for c in cases) for status in STATUSES}
+    counts = {status: sum(c.status == status for c in cases) for status in Grade}
     n = len(cases)
     phases: dict[str, float] = {}
     for case in cases:
@@ -231,8 +228,8 @@ def summary(cases: list[CaseResult]) -> dict[str, Any]:
     return {
         "cases": n,
         "counts": counts,
-        "score": round(counts["verified"] / n, 4) if n else 0.0,
-        "weighted": round(sum(CREDIT[c.status] for c in cases) / n, 4) if n else 0.0,
+        "score": round(counts[Grade.VERIFIED] / n, 4) if n else 0.0,
+        "weighted": round(sum(Grade(c.status).credit for c in cases) / n, 4) if n else 0.0,
         "translated": sum(c.translated for c in cases),
         "residue": sum(c.residue for c in cases),
         "tests_passed": sum(c.tests_passed for c in cases),

@@ -30,8 +30,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: statuses, best first (see ``score.py``)
-STATUSES = ("verified", "partially verified", "unverified", "failed")
+from tern.status import Grade
+
 SKIP_DIRS = {"__pycache__", "expected", "golden", "goldens", "node_modules", "build", "dist"}
 CONFIG_KEYS = {"rtol", "atol", "timeout", "memory_mb", "tolerances", "cases", "keras"}
 TF_ROOTS = {"tensorflow", "keras", "tf_keras"}
@@ -171,8 +171,8 @@ def _from_toml(path: Path) -> Suite:
             if original.name != package.name:
                 raise SuiteError(f"{where}: a translation keeps its package's name: {package.name} != {original.name}")
         expect = raw.get("expect")
-        if expect is not None and expect not in STATUSES:
-            raise SuiteError(f"{where}: expect must be one of {', '.join(STATUSES)}, not {expect!r}")
+        if expect is not None and expect not in tuple(Grade):
+            raise SuiteError(f"{where}: expect must be one of {', '.join(Grade)}, not {expect!r}")
         config = raw.get("config", {})
         if not isinstance(config, dict) or set(config) - CONFIG_KEYS:
             raise SuiteError(f"{where}: config takes {', '.join(sorted(CONFIG_KEYS))}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tern.engine.report import TODO_LINE
+from tern.status import Status
 
 
 
@@ -135,10 +136,7 @@ async def verify(path: str, original: str | None = None, module: str | None = No
 
 
 def _overall(statuses: list[str]) -> str:
-    for status in ("mismatch", "error", "equivalent"):
-        if status in statuses:
-            return status
-    return "untested"
+    return Status.worst(statuses, default=Status.UNTESTED)
 
 
 def _row_answer(row: Any) -> dict[str, Any]:
@@ -254,7 +252,7 @@ def remaining(path: str) -> dict[str, Any]:
     if report.is_file():
         data = json.loads(report.read_text(encoding="utf-8"))
         left = [{"module": row["module"], "status": row["status"], "first_difference": (row["problems"] or [None])[0]}
-                for package in data.get("packages", []) for row in package["rows"] if row["status"] != "equivalent"]
+                for package in data.get("packages", []) for row in package["rows"] if row["status"] != Status.EQUIVALENT]
         newest = max((f.stat().st_mtime for f in files), default=0.0)
         answer["verify"] = {"report": str(report), "not_equivalent": left, "stale": newest > report.stat().st_mtime}
     return answer

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from tern.pr.packages import Package
 from tern.engine.report import RunReport
+from tern.status import Status
 from tern.verify.report import PackageReport, to_markdown
 
 BODY_LIMIT = 65536
@@ -64,7 +65,7 @@ def unverified_modules(item: Migrated) -> list[str]:
     changed = {f.path for f in item.report.files if f.edits}
     found = []
     for row in item.verification.rows:
-        if row.status != "untested":
+        if row.status != Status.UNTESTED:
             continue
         rel = row.module[len(item.verification.package):].lstrip(".").replace(".", "/")
         candidates = {f"{rel}.py", f"{rel}/__init__.py"} if rel else {"__init__.py"}
@@ -85,11 +86,11 @@ def draft_reasons(items: list[Migrated]) -> list[str]:
         if m.verification is None:
             reasons.append(f"{name}: not verified: {m.verify_note or 'skipped'}")
             continue
-        for status in ("mismatch", "error"):
+        for status in Status.failing_modules():
             rows = [r.module for r in m.verification.rows if r.status == status]
             if rows:
                 reasons.append(f"{name}: {len(rows)} module(s) {status}: " + ", ".join(f"`{r}`" for r in rows[:5]))
-        if m.verification.record_error and not any(r.status == "error" for r in m.verification.rows):
+        if m.verification.record_error and not any(r.status == Status.ERROR for r in m.verification.rows):
             reasons.append(f"{name}: recording the original tests failed")
         untested = unverified_modules(m)
         if untested:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tern.errors import UsageError
 from tern.pr import body as pr_body
 from tern.pr.body import Context, Migrated
 from tern.pr.branch import ForeignCommits
@@ -40,10 +41,6 @@ from tern.pr.pulls import PullRequests, Texts
 
 REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 DEFAULT_LABELS = ("tern", "migration")
-
-
-class UsageError(ValueError):
-    """Bad usage or configuration: exit 2 before anything is done."""
 
 
 class UnitError(RuntimeError):
@@ -85,8 +82,10 @@ class Unit:
         return f"tern/migrate-{self.name}"
 
 
-@dataclass
-class Outcome:
+@dataclass(frozen=True)
+class UnitResult:
+    """What became of one unit's branch and pull request: the line the user sees."""
+
     branch: str
     action: str
     url: str = ""
@@ -100,7 +99,7 @@ def version() -> str:
         return "0"
 
 
-def run(options: Options, *, say: Callable[[str], None], note: Callable[[str], None],
+def open_pull_requests(options: Options, *, say: Callable[[str], None], note: Callable[[str], None],
         sleep: Callable[[float], None] = time.sleep) -> int:
     """Exit status: 0 done (or nothing to do), 1 a package failed (its work kept), 2 bad usage."""
     try:
@@ -223,23 +222,23 @@ class Bot:
 
     # ------------------------------------------------------------------ per unit
 
-    def process(self, units: list[Unit]) -> list[Outcome]:
+    def process(self, units: list[Unit]) -> list[UnitResult]:
         outcomes = []
         for index, unit in enumerate(units):
             try:
                 outcomes.append(self._unit(unit))
             except (UnitError, ForeignCommits, GitError) as exc:
                 self.note(f"error: {unit.branch}: {exc}")
-                outcomes.append(Outcome(unit.branch, f"failed: {_one_line(exc)}", ok=False))
+                outcomes.append(UnitResult(unit.branch, f"failed: {_one_line(exc)}", ok=False))
             except ApiError as exc:
                 self.note(f"error: {unit.branch}: {exc}")
-                outcomes.append(Outcome(unit.branch, f"failed: {_one_line(exc)}", ok=False))
+                outcomes.append(UnitResult(unit.branch, f"failed: {_one_line(exc)}", ok=False))
                 if exc.fatal and index + 1 < len(units):
                     self.note(f"error: stopping: {len(units) - index - 1} more package(s) not attempted")
                     break
         return outcomes
 
-    def _unit(self, unit: Unit) -> Outcome:
+    def _unit(self, unit: Unit) -> UnitResult:
         git, o, branch = self.git, self.options, unit.branch
         if git.current_branch() == f"refs/heads/{branch}":
             raise UnitError(f"{branch} is checked out in {self.root}; switch to another branch (tern pr never touches the checkout)")
@@ -275,7 +274,7 @@ class Bot:
                 self._verify(items, scratch)
             return self._show(unit, items, plan.parent, head, changed, base_tip, plan.lease)
         if head == base_tip:
-            return Outcome(branch, f"up to date: {self.remote}/{self.base} already holds this translation")
+            return UnitResult(branch, f"up to date: {self.remote}/{self.base} already holds this translation")
         local_tip = git.rev(f"refs/heads/{branch}")
         if local_tip != head:
             git.set_branch(branch, head, local_tip)
@@ -360,7 +359,7 @@ class Bot:
                        remote=self.remote, head=head, version=self.version, group=self.group, labels=tuple(self.labels))
 
     def _show(self, unit: Unit, items: list[Migrated], parent: str, head: str, changed: bool, base_tip: str,
-              lease: str | None) -> Outcome:
+              lease: str | None) -> UnitResult:
         ctx = dataclasses.replace(self._context(head), branch=unit.branch)
         lines = [f"branch: {unit.branch} (base {self.remote}/{self.base} {base_tip[:12]})"]
         if changed:
@@ -374,12 +373,12 @@ class Bot:
         lines += ["", f"pull request: {pr_body.title(items, self.group)}" + (" [draft]" if draft else ""),
                   f"labels: {', '.join(self.labels)}", "", pr_body.body(items, ctx)]
         self.say("\n".join(lines))
-        return Outcome(unit.branch, f"dry run: {'would push ' + head[:12] if changed else 'nothing changed'}; nothing pushed")
+        return UnitResult(unit.branch, f"dry run: {'would push ' + head[:12] if changed else 'nothing changed'}; nothing pushed")
 
     # ------------------------------------------------------------------ the pull request
 
     def _pull_request(self, unit: Unit, items: list[Migrated], head: str, *, pushed: bool, old: str | None,
-                      verified: bool, scratch: Path) -> Outcome:
+                      verified: bool, scratch: Path) -> UnitResult:
         def render() -> Texts:
             if not verified:
                 self._verify(items, scratch)
@@ -389,7 +388,7 @@ class Bot:
 
         pulls = PullRequests(self.github, base=self.base, labels=self.labels, comment=self.options.comment, note=self.note)
         synced = pulls.sync(unit.branch, head, pushed=pushed, render=render)
-        return Outcome(unit.branch, synced.action, synced.url)
+        return UnitResult(unit.branch, synced.action, synced.url)
 
     def _comment(self, items: list[Migrated], old: str | None, head: str, draft: bool) -> str:
         stat = self.git.check("diff", "--shortstat", old, head).strip() if old else ""
@@ -410,7 +409,7 @@ def _one_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _step_summary(outcomes: list[Outcome], dry_run: bool) -> None:
+def _step_summary(outcomes: list[UnitResult], dry_run: bool) -> None:
     """In GitHub Actions, the run's summary page lists what happened to each branch."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path or not outcomes:

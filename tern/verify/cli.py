@@ -11,11 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tern.sandbox.isolation import warning as isolation_warning
+from tern.status import Status
 from tern.verify.report import PackageReport, problem_lines, to_json
 from tern.verify.step_report import session_lines
-
-STYLES = {"equivalent": "green", "mismatch": "red", "error": "red", "untested": "yellow"}
-
 
 class TargetError(ValueError):
     """PATH does not name a translation tern can pair with its original."""
@@ -78,7 +76,7 @@ def table(reports: list[PackageReport]) -> Table:
             replay = f"{row.cases_matched}/{row.cases_total}" if row.cases_total else "-"
             train = f"{row.train_matched}/{row.train_total}" if row.train_total else "-"
             error = f"{row.max_abs:.2e}" if row.max_abs is not None else "-"
-            grid.add_row(row.module, tests, replay, train, error, f"[{STYLES[row.status]}]{row.status}[/]" + (" (cached)" if row.cached else ""))
+            grid.add_row(row.module, tests, replay, train, error, f"[{Status(row.status).style}]{row.status}[/]" + (" (cached)" if row.cached else ""))
     return grid
 
 
@@ -149,12 +147,17 @@ def render(reports: list[PackageReport], info: dict, console: Console) -> None:
         console.print(f"  {line}", markup=False, highlight=False)
     for line in problems(reports):
         console.print(f"  {line}", markup=False, highlight=False)
-    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STYLES}
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in _terminal_order()}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items())
                   + f"; {info['cache_hits']} cached, {info['cache_misses']} run; isolation {info['isolation']['level']}"
                   + ("; warm daemon" if info["daemon"] else "") + _executor_note(info.get("executor")))
     if info["isolation"]["warning"]:
         console.print(f"warning: {info['isolation']['warning']}", style="yellow", markup=False, highlight=False)
+
+
+def _terminal_order() -> list[Status]:
+    """The terminal's summary counts passes first, then the rest worst first."""
+    return sorted(Status.of_modules(), key=lambda s: (s != Status.EQUIVALENT, s.severity))
 
 
 def _executor_note(executor: dict | None) -> str:
@@ -167,7 +170,7 @@ def _executor_note(executor: dict | None) -> str:
 def exit_code(reports: list[PackageReport]) -> int:
     """0: nothing differs or broke (untested modules are listed, not failed); 1: a
     mismatch or an error."""
-    return 1 if any(r.status in ("mismatch", "error") for r in reports) else 0
+    return 1 if any(r.status.failing for r in reports) else 0
 
 
 def json_report(reports: list[PackageReport], info: dict) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.status import Status
 from tern.verify.arrays import array_paths, build, read_case, unpack
 from tern.verify.graft import flatten, graft
 from tern.verify.replay_functions import replay_function_case
@@ -142,7 +143,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
         units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
         variables, problems = graft(init, units)
         if problems:
-            return {**result, "status": "error", "message": "weights: " + "; ".join(problems)}
+            return {**result, "status": Status.ERROR, "message": "weights: " + "; ".join(problems)}
         training = bool(kwargs.get("training"))
         mutable = [c for c in variables if c != "params"] if training else False
         cots = [c if c is None else jnp.asarray(c) for c in unpack(meta["cotangents"], arrays)]
@@ -171,7 +172,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
         want_paths = array_paths(meta["outputs"])
         got_leaves = jax.tree_util.tree_leaves(outputs)
         if len(got_leaves) != len(want_paths):
-            return {**result, "status": "mismatch", "outputs": [],
+            return {**result, "status": Status.MISMATCH, "outputs": [],
                     "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
         values, problems = _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inputs, init,
                                             any(c is not None for c in cots))
@@ -201,10 +202,10 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
             result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
                                                      "(sampled): not compared, the call's other outputs are"]))
         compared = checks + problems
-        result["status"] = "match" if all(c["ok"] for c in compared) else "mismatch"
+        result["status"] = Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH
         return result
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
-        return {**result, "status": "error", "message": _without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
+        return {**result, "status": Status.ERROR, "message": _without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
 
 
 _JAX_NOTICE = "--------------------\nFor simplicity, JAX has removed its internal frames"
@@ -226,7 +227,7 @@ def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: An
     units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
     variables, problems = graft(jax.tree_util.tree_map(np.asarray, dict(init)), units)
     if problems:
-        return {**result, "status": "error", "message": "weights: " + "; ".join(problems)}
+        return {**result, "status": Status.ERROR, "message": "weights: " + "; ".join(problems)}
     call_args, call_kwargs = inputs
     training = bool(call_kwargs.get("training"))
     mutable = [c for c in variables if c != "params"] if training else False
@@ -235,10 +236,10 @@ def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: An
     want_paths = array_paths(meta["outputs"])
     got_leaves = jax.tree_util.tree_leaves(out)
     if len(got_leaves) != len(want_paths):
-        return {**result, "status": "mismatch", "outputs": [], "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
+        return {**result, "status": Status.MISMATCH, "outputs": [], "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
     checks = [compare(path, got, want, tolerance) for path, got, want in _reproducible(meta, arrays, want_paths, got_leaves)]
     return {**result, "outputs": checks, "gradients": [], "eager": "data-dependent output shapes: outputs compared eagerly, gradients not compared",
-            "status": "match" if all(c["ok"] for c in checks) else "mismatch"}
+            "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
 
 
 def _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inputs, init,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, unpack
 
 
@@ -64,13 +65,13 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
             first, second = _call(meta, arrays, 0), _call(meta, arrays, 1)
             if len(first) != len(second) or not all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
                                                      for a, b in zip(first, second)):
-                return {**result, "status": "mismatch", "outputs": [], "gradients": [],
+                return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                         "message": "two keys give the translation different results where two TF runs agreed"}
             result["note"] = "a drawing function: TF's two runs agreed, the translation called with key(0) and key(1) alike"
         got = _call(meta, arrays, key)
         want = array_paths(meta["outputs"])
         if len(got) != len(want):
-            return {**result, "status": "mismatch", "outputs": [], "gradients": [],
+            return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                     "message": f"{len(got)} outputs, tensorflow gave {len(want)}"}
         checks = [compare(path, np.asarray(value), arrays[f"a{index}"], tolerance) for (path, index), value in zip(want, got)]
         wide_inputs = any(arrays[f"a{i}"].dtype == np.float64 for i in range(len(arrays.files)))
@@ -80,6 +81,6 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
                 checks = [check if check["ok"] else {**compare(path, np.asarray(value), arrays[f"a{index}"], tolerance),
                                                      "note": "float64 arguments: compared from a call with x64 on"}
                           for check, (path, index), value in zip(checks, want, wide)]
-        return {**result, "outputs": checks, "gradients": [], "status": "match" if all(c["ok"] for c in checks) else "mismatch"}
+        return {**result, "outputs": checks, "gradients": [], "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
-        return {**result, "status": "error", "message": traceback.format_exc(limit=6)[-2000:]}
+        return {**result, "status": Status.ERROR, "message": traceback.format_exc(limit=6)[-2000:]}

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from tern.status import Status
 from tern.verify.step_report import add_training, training_lines, training_markdown
 
-STATUSES = ("equivalent", "mismatch", "untested", "error")
+
+class JobAnswer(NamedTuple):
+    """What one verify job gave: its value (None when the job failed), the failed job's
+    ``JobResult`` (None when it did not fail), and whether the value came from the cache."""
+
+    value: dict | None
+    failure: Any
+    cached: bool
 
 
 @dataclass
@@ -35,7 +43,7 @@ class ModuleRow:
     train_total: int = 0  # sessions compared (not those "not compared")
     max_abs: float | None = None
     max_rel: float | None = None
-    status: str = "untested"
+    status: str = Status.UNTESTED
     problems: list[str] = field(default_factory=list)  # one line each: what differs or broke, and where
     cached: bool = False
     #: per replayed case: target, id, status, and per output/gradient its max abs and rel error
@@ -54,13 +62,13 @@ class ModuleRow:
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total + self.train_total
         if any(p.startswith("mismatch") for p in self.problems) or self.tests_failed:
-            self.status = "mismatch"
+            self.status = Status.MISMATCH
         elif self.problems:
-            self.status = "error"
+            self.status = Status.ERROR
         elif compared and (self.cases_matched or self.tests_passed or self.train_matched):
-            self.status = "equivalent"
+            self.status = Status.EQUIVALENT
         else:
-            self.status = "untested"
+            self.status = Status.UNTESTED
 
 
 @dataclass
@@ -81,20 +89,15 @@ class PackageReport:
 
     @property
     def status(self) -> str:
-        found = {r.status for r in self.rows}
-        for status in ("mismatch", "error"):
-            if status in found:
-                return status
-        if self.record_error:
-            return "error"
-        return "equivalent" if "equivalent" in found else "untested"
+        found = [r.status for r in self.rows] + ([Status.ERROR] if self.record_error else [])
+        return Status.worst(found, default=Status.UNTESTED)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status}
 
 
 def to_json(reports: list[PackageReport], extra: dict[str, Any] | None = None) -> str:
-    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STATUSES}
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in Status.of_modules()}
     return json.dumps({"packages": [r.to_dict() for r in reports], "modules": counts, **(extra or {})}, indent=1)
 
 
@@ -118,8 +121,8 @@ def _owner(test_file: str, modules: list[str], package: str, imported: list[str]
     return f"{package}.{stem}"
 
 
-def build_rows(package: str, modules: list[str], replays: dict[str, tuple], tests: dict[str, tuple],
-               recording: dict | None, record_failure: Any, trains: dict[str, tuple] | None = None,
+def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], tests: dict[str, JobAnswer],
+               recording: dict | None, record_failure: Any, trains: dict[str, JobAnswer] | None = None,
                imports: dict[str, list[str]] | None = None) -> list[ModuleRow]:
     rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
     for module, (value, failure, hit) in replays.items():
@@ -144,9 +147,9 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
                     row.max_rel = max(row.max_rel or 0.0, check["max_rel"])
-            if case["status"] == "match":
+            if case["status"] == Status.MATCH:
                 row.cases_matched += 1
-            elif case["status"] == "mismatch":
+            elif case["status"] == Status.MISMATCH:
                 bad = next((c for c in checks if not c["ok"]), None)
                 where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))) if bad else case.get("message", "")
                 row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}"
@@ -194,14 +197,14 @@ def build_rows(package: str, modules: list[str], replays: dict[str, tuple], test
             continue  # a module's own tests: counted there
         for module in imported:
             row = rows.get(module)
-            if row is None or row.status != "untested" or row.problems:
+            if row is None or row.status != Status.UNTESTED or row.problems:
                 continue
             row.covered_by.append(test_file)
-            if rows[owner].status == "equivalent" and row.status == "untested":
-                row.status = "equivalent"
-            elif rows[owner].status in ("mismatch", "error"):
+            if rows[owner].status == Status.EQUIVALENT and row.status == Status.UNTESTED:
+                row.status = Status.EQUIVALENT
+            elif Status(rows[owner].status).failing:
                 row.status = rows[owner].status
-                row.problems.append(f"{'test failed' if row.status == 'mismatch' else 'error'}: tests in {test_file}, "
+                row.problems.append(f"{'test failed' if row.status == Status.MISMATCH else 'error'}: tests in {test_file}, "
                                     "which import it, do not pass")
     return sorted(rows.values(), key=lambda r: r.module)
 
@@ -218,14 +221,14 @@ def _cover_by_replays(rows: dict[str, "ModuleRow"]) -> None:
                     covering.setdefault(module, []).append({**case, "owner": owner})
     for module, cases in covering.items():
         row = rows.get(module)
-        if row is None or row.status != "untested" or row.problems:
+        if row is None or row.status != Status.UNTESTED or row.problems:
             continue
-        if all(c["status"] == "match" for c in cases):
+        if all(c["status"] == Status.MATCH for c in cases):
             row.covered_by.extend(sorted({f"{c['target']} (replayed)" for c in cases}))
-            row.status = "equivalent"
+            row.status = Status.EQUIVALENT
 
 
-def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, tuple]) -> None:
+def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, JobAnswer]) -> None:
     """A module with nothing compared of its own whose functions ran in translated test
     files (an abstract base whose ``__init__`` subclasses call) is equivalent when each such
     file passed: those tests checked its code."""
@@ -236,12 +239,12 @@ def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, tuple]) -> No
                 running.setdefault(module, []).append((test_file, value.get("tests", {})))
     for module, files in running.items():
         row = rows.get(module)
-        if row is None or row.status != "untested" or row.problems:
+        if row is None or row.status != Status.UNTESTED or row.problems:
             continue
         outcomes = [o for _, tests_run in files for o in tests_run.values() if o != "skipped"]
         if outcomes and all(o == "passed" for o in outcomes):
             row.covered_by.extend(sorted(f"{test_file} (ran its code)" for test_file, _ in files))
-            row.status = "equivalent"
+            row.status = Status.EQUIVALENT
 
 
 def _last_line(text: str) -> str:
@@ -274,7 +277,7 @@ def to_markdown(reports: list[PackageReport], *, level: int = 2, max_problems: i
     or broke (the first ``max_problems`` lines per package). Deterministic (no timings, no
     cache flags), so it can be committed beside a translation and diffed."""
     head = "#" * level
-    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in STATUSES}
+    counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in Status.of_modules()}
     lines = [f"{head} Verification", "", ", ".join(f"{n} {s}" for s, n in counts.items()) + " modules."]
     for report in reports:
         lines += ["", f"{head}# `{report.package}`: {report.status}", ""]

@@ -33,7 +33,7 @@ from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
-from tern.verify.report import PackageReport, build_rows
+from tern.verify.report import JobAnswer, PackageReport, build_rows
 from tern.verify.step_report import training_summary
 
 
@@ -89,12 +89,12 @@ class PackageVerifier:
         return Job(kind=kind, task=task, payload=payload, sys_path=(str(sys_path),), output=output,
                    timeout=self.config.timeout, cpu_seconds=self.config.timeout * 2, memory_mb=self.config.memory_mb)
 
-    async def _run(self, phase: str, key: str | None, job: Job) -> tuple[dict | None, JobResult | None, bool]:
-        """(value, failed job result, cache hit). Only successful jobs are cached."""
+    async def _run(self, phase: str, key: str | None, job: Job) -> JobAnswer:
+        """Only successful jobs are cached."""
         cached = self.cache.get(key, phase) if key else None
         if cached is not None:
             self.jobs.append({"phase": phase, "cached": True, "seconds": 0.0})
-            return cached, None, True
+            return JobAnswer(cached, None, True)
         started = time.perf_counter()
         result = await self.runner.run(job)
         elapsed = time.perf_counter() - started
@@ -102,8 +102,8 @@ class PackageVerifier:
         self.jobs.append({"phase": phase, "cached": False, "seconds": round(result.seconds, 4),
                           "wall": round(elapsed, 4), "cause": result.cause})
         if not result.ok:
-            return None, result, False
-        return result.value, None, False
+            return JobAnswer(None, result, False)
+        return JobAnswer(result.value, None, False)
 
     # -- the three kinds of job -----------------------------------------------------------
 
@@ -137,25 +137,25 @@ class PackageVerifier:
         self.cache.put(key, "record", value)
         return {**value, "dir": str(final)}, None
 
-    async def replay(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+    async def replay(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> JobAnswer:
         """Replay ``module``'s cases; those that fail on values alone, beyond the translation's
         float32 rounding, are replayed again against a Keras float64 reference (``reference.py``)."""
         value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "")
         wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get("wants_reference")]
         if not wanting:
-            return value, failure, hit
+            return JobAnswer(value, failure, hit)
         reference = await self.reference(recording_dir, wanting)
         if not reference:
-            return value, failure, hit
+            return JobAnswer(value, failure, hit)
         again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
                                                      jax_root, reference)
         if again is None or again.get("import_error"):
-            return value, failure, hit  # the first verdict stands
+            return JobAnswer(value, failure, hit)  # the first verdict stands
         judged = {c["id"]: c for c in again["cases"]}
-        return {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, None, hit and again_hit
+        return JobAnswer({**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, None, hit and again_hit)
 
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
-                          reference: str) -> tuple[dict | None, JobResult | None, bool]:
+                          reference: str) -> JobAnswer:
         path = keys.module_file(jax_root / self.package, self.package, module)
         closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"]),
@@ -168,7 +168,7 @@ class PackageVerifier:
         value, failure, hit = await self._run("replay", key, job)
         if value is not None and not hit:
             self.cache.put(key, "replay", value)
-        return value, failure, hit
+        return JobAnswer(value, failure, hit)
 
     async def reference(self, recording_dir: str, ids: list[str]) -> str:
         """The directory of the Keras float64 runs of recorded cases ``ids``, or "" when
@@ -197,7 +197,7 @@ class PackageVerifier:
             self.cache.put(key, "reference", cached)
         return str(final) if "ok" in cached["cases"].values() else ""
 
-    async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+    async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> JobAnswer:
         """Replay the recorded training steps of ``module``; keyed on the step's module and the
         modules that define the models it trained, each with what they import."""
         root = jax_root / self.package
@@ -213,9 +213,9 @@ class PackageVerifier:
         value, failure, hit = await self._run("train", key, job)
         if value is not None and not hit:
             self.cache.put(key, "train", value)
-        return value, failure, hit
+        return JobAnswer(value, failure, hit)
 
-    async def tests(self, test_file: Path, jax_root: Path) -> tuple[dict | None, JobResult | None, bool]:
+    async def tests(self, test_file: Path, jax_root: Path) -> JobAnswer:
         rel = str(test_file.relative_to(jax_root))
         key = keys.digest("tests", self._jax_versions(), keys.tern_fingerprint(), rel,
                           keys.closure_hash(test_file, jax_root / self.package, self.package))
@@ -223,7 +223,7 @@ class PackageVerifier:
         value, failure, hit = await self._run("tests", key, job)
         if value is not None and not hit:
             self.cache.put(key, "tests", value)
-        return value, failure, hit
+        return JobAnswer(value, failure, hit)
 
     async def one_test(self, test_file: Path, name: str) -> JobResult:
         """Run one translated test (``name`` a pytest node id within ``test_file``, e.g.

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.status import Status
 from tern.verify.arrays import build as build_model
 from tern.verify.arrays import read_case, unpack
 from tern.verify.graft import DERIVED, flatten, graft
@@ -49,11 +50,11 @@ def replay_step(directory: Path, name: str, tolerance: dict | None) -> dict:
     try:
         module = importlib.import_module(module_name)
     except BaseException:  # noqa: BLE001 - the translation's own failure is the finding
-        return {**result, "status": "error", "message": "import: " + traceback.format_exc(limit=-3)[-1500:]}
+        return {**result, "status": Status.ERROR, "message": "import: " + traceback.format_exc(limit=-3)[-1500:]}
     try:
         return {**result, **_replay(module, meta, arrays, tol)}
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
-        return {**result, "status": "error", "message": traceback.format_exc(limit=-6)[-2000:]}
+        return {**result, "status": Status.ERROR, "message": traceback.format_exc(limit=-6)[-2000:]}
 
 
 def _mapping(fn: Any, meta: dict) -> dict[str, str] | str:
@@ -99,16 +100,16 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     fn = getattr(module, meta["function"], None)
     state_class = _support(module, "KerasTrainState")
     if fn is None:
-        return {"status": "error", "message": f"the translated module has no {meta['function']}"}
+        return {"status": Status.ERROR, "message": f"the translated module has no {meta['function']}"}
     if state_class is None:
-        return {"status": "error", "message": "the translated module defines no KerasTrainState: "
+        return {"status": Status.ERROR, "message": "the translated module defines no KerasTrainState: "
                 f"{meta['function']} is not in train-state form"}
     mapping = _mapping(fn, meta)
     if isinstance(mapping, str):
-        return {"status": "error", "message": mapping}
+        return {"status": Status.ERROR, "message": mapping}
     tx, reason = translated_value(meta["optimizer"])
     if reason:
-        return {"status": "not compared", "reason": f"optimizer: {reason}"}
+        return {"status": Status.NOT_COMPARED, "reason": f"optimizer: {reason}"}
     calls = []
     for call in meta["calls"]:
         kwargs = {}
@@ -116,7 +117,7 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
             if isinstance(value, dict) and "__keras_loss__" in value:
                 loss, reason = translated_value(value["__keras_loss__"])
                 if reason:
-                    return {"status": "not compared", "reason": f"argument {name!r}: {reason}"}
+                    return {"status": Status.NOT_COMPARED, "reason": f"argument {name!r}: {reason}"}
                 kwargs[mapping[name]] = loss
             else:
                 kwargs[mapping[name]] = unpack(value, arrays, jnp.asarray)
@@ -134,15 +135,15 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
     variables, problems = graft(init, _units(meta["units"], arrays))
     if problems:
-        return {"status": "error", "message": "weights: " + "; ".join(problems)}
+        return {"status": Status.ERROR, "message": "weights: " + "; ".join(problems)}
     names, order = _keras_names(init, meta, arrays)
     frozen = _frozen_layers(init, meta, arrays)
     if isinstance(frozen, str):
-        return {"status": "not compared", "reason": frozen}
+        return {"status": Status.NOT_COMPARED, "reason": frozen}
     if frozen:
         table_class = _support(module, "KerasTrainable")
         if table_class is None:
-            return {"status": "not compared", "reason": "the test froze layers and the translated module has no "
+            return {"status": Status.NOT_COMPARED, "reason": "the test froze layers and the translated module has no "
                     "KerasTrainable to freeze them with"}
         table = table_class.of(model)
         for layer in frozen:
@@ -155,13 +156,13 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     for t, (kwargs, after) in enumerate(zip(calls, meta["after"]), start=1):
         out = fn(**{mapping[meta["model_param"]]: state}, **kwargs)
         if not (isinstance(out, tuple) and len(out) == 2):
-            return {"status": "error", "message": f"step {t}: the translated {meta['function']} returned "
+            return {"status": Status.ERROR, "message": f"step {t}: the translated {meta['function']} returned "
                     f"{type(out).__name__}, not (state, {meta['function']}'s return value)"}
         state, returned = out
         step_checks = _compare_returned(t, returned, unpack(after["result"], arrays), tol)
         want, problems = graft(init, _units(after["units"], arrays))
         if problems:
-            return {"status": "error", "message": f"step {t}: Keras weights: " + "; ".join(problems)}
+            return {"status": Status.ERROR, "message": f"step {t}: Keras weights: " + "; ".join(problems)}
         got = flatten(jax.tree_util.tree_map(np.asarray, {"params": state.params, **state.model_state}))
         for path, value in sorted(flatten(want).items(), key=lambda item: order.get(item[0], len(order))):
             if path[0] in DERIVED:
@@ -176,7 +177,7 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
                                 **(_first_bad(got[path], value, tol) if not check["ok"] else {})})
         checks += step_checks
     divergence = _divergence(checks)
-    return {"status": "mismatch" if divergence else "equivalent", "compared": len(calls),
+    return {"status": Status.MISMATCH if divergence else Status.EQUIVALENT, "compared": len(calls),
             "loss": _worst([c for c in checks if c.get("kind") == "returned"]),
             "params": _worst([c for c in checks if c.get("kind") != "returned"]),
             "divergence": divergence}

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: package training status, strongest first
-ORDER = ("mismatch", "error", "equivalent", "not compared")
+from tern.status import Status
 
 
 def _last_line(text: str) -> str:
@@ -39,12 +38,12 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
             if step.get("message"):
                 entry["message"] = step["message"][-2000:]
             row.training.append(entry)
-            if step["status"] == "not compared":
+            if step["status"] == Status.NOT_COMPARED:
                 continue
             row.train_total += 1
-            if step["status"] == "equivalent":
+            if step["status"] == Status.EQUIVALENT:
                 row.train_matched += 1
-            elif step["status"] == "mismatch":
+            elif step["status"] == Status.MISMATCH:
                 row.problems.append(f"mismatch: training step {step['target']}: {describe_divergence(step)}")
             elif not (step.get("message", "").startswith("import:") and "import" in row.details):
                 row.problems.append(f"error: training step {step['target']}: {_last_line(step.get('message', ''))}")
@@ -90,20 +89,13 @@ def training_summary(rows: list, not_compared: dict[str, dict[str, int]]) -> dic
         function(target)["not_compared"].update(reasons)
     for item in by_target.values():
         for entry in item["sessions"]:
-            if entry["status"] == "not compared":
+            if entry["status"] == Status.NOT_COMPARED:
                 reason = entry.get("reason", "")
                 item["not_compared"][reason] = item["not_compared"].get(reason, 0) + 1
-        item["sessions"] = [e for e in item["sessions"] if e["status"] != "not compared"]
-        item["status"] = _worst([e["status"] for e in item["sessions"]] + (["not compared"] if item["not_compared"] else []))
-    status = _worst([item["status"] for item in by_target.values()])
+        item["sessions"] = [e for e in item["sessions"] if e["status"] != Status.NOT_COMPARED]
+        item["status"] = Status.worst([e["status"] for e in item["sessions"]] + ([Status.NOT_COMPARED] if item["not_compared"] else []))
+    status = Status.worst([item["status"] for item in by_target.values()])
     return {"status": status, "steps": [by_target[t] for t in sorted(by_target)]}
-
-
-def _worst(statuses: list[str]) -> str:
-    for status in ORDER:
-        if status in statuses:
-            return status
-    return "n/a"
 
 
 def training_lines(training: dict) -> list[str]:
@@ -130,9 +122,9 @@ def _err(entry: dict, key: str) -> str:
 
 
 def _detail(entry: dict) -> str:
-    if entry["status"] == "mismatch":
+    if entry["status"] == Status.MISMATCH:
         return describe_divergence(entry)
-    if entry["status"] == "error":
+    if entry["status"] == Status.ERROR:
         lines = [line for line in entry.get("message", "").strip().splitlines() if line.strip()]
         return lines[-1] if lines else "error"
     return f"{entry.get('optimizer', '')}; {entry.get('batches', '')}"

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tern.errors import UsageError
+from tern.status import Status
 from tern.verify.arrays import pack, unpack
 from tern.weights.checkpoint import CHECKPOINT, REPORT, publish
 
 FORMATS = ("keras", "h5", "checkpoint", "savedmodel")
 _MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-class UsageError(ValueError):
-    """The command line names something that cannot be used; the message says what."""
+#: the report's status when the request turned out unusable (exit 2, nothing written)
+USAGE = "usage"
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ async def port(request: Request, runner: Any, state: Path, staged: Path) -> dict
 
     case = staged.parent / "case"
     case.mkdir(parents=True)
-    report: dict[str, Any] = {"status": "error", "message": "", "source": str(request.source), "format": request.format,
+    report: dict[str, Any] = {"status": Status.ERROR, "message": "", "source": str(request.source), "format": request.format,
                               "original": str(request.original), "translated": str(request.translated),
                               "tolerance": request.tolerance, "problems": []}
     limits = request.limits
@@ -190,7 +190,7 @@ async def port(request: Request, runner: Any, state: Path, staged: Path) -> dict
     report["problems"] = [f"{c['name']}: {c['problem']}" if c.get("problem") else
                           f"{c['name']}: max abs err {c['max_abs']:.2e}, max rel err {c['max_rel']:.2e} "
                           f"beyond rtol {c['rtol']:g}, atol {c['atol']:g}" for c in checks if not c["ok"]]
-    report["status"] = "equivalent" if all(c["ok"] for c in checks) else "mismatch"
+    report["status"] = Status.EQUIVALENT if all(c["ok"] for c in checks) else Status.MISMATCH
     return report
 
 
@@ -198,17 +198,17 @@ def _value(result: Any, what: str, report: dict) -> dict | None:
     """The task's value when it succeeded; else None, with the report saying why."""
     if not result.ok:
         last = result.error.strip().splitlines()[-1] if result.error.strip() else ""
-        report.update(status="error", message=f"{what}: the job ended ({result.cause}) {last}".strip())
+        report.update(status=Status.ERROR, message=f"{what}: the job ended ({result.cause}) {last}".strip())
         return None
     value = result.value
     if value["outcome"] != "ok":
-        report.update(status="usage" if value["outcome"] == "usage" else "error", message=value["message"],
+        report.update(status=USAGE if value["outcome"] == USAGE else Status.ERROR, message=value["message"],
                       problems=value.get("problems", []))
         return None
     return value
 
 
-async def run(request: Request, *, project: Path, daemon: str) -> dict:
+async def port_and_publish(request: Request, *, project: Path, daemon: str) -> dict:
     """The report, with ``--out`` written unless the request turned out unusable."""
     from tern.sandbox.client import open_runner
     from tern.sandbox.daemon import find_project
@@ -220,8 +220,8 @@ async def run(request: Request, *, project: Path, daemon: str) -> dict:
     try:
         async with open_runner(project, daemon=daemon, writable_roots=(state,)) as runner:
             report = await port(request, runner, state, staged)
-        if report["status"] != "usage":
-            if report["status"] == "error":  # a job that died while saving leaves no part of it
+        if report["status"] != USAGE:
+            if report["status"] == Status.ERROR:  # a job that died while saving leaves no part of it
                 shutil.rmtree(staged / CHECKPOINT, ignore_errors=True)
             (staged / REPORT).write_text(json.dumps(report, indent=1))
             publish(staged, request.out)
@@ -231,7 +231,7 @@ async def run(request: Request, *, project: Path, daemon: str) -> dict:
 
 
 def exit_code(report: dict) -> int:
-    return {"equivalent": 0, "usage": 2}.get(report["status"], 1)
+    return {Status.EQUIVALENT: 0, USAGE: 2}.get(report["status"], 1)
 
 
 def summary(report: dict, out: Path) -> list[str]:
@@ -248,8 +248,8 @@ def summary(report: dict, out: Path) -> list[str]:
         lines.append(f"  outputs: max abs err {report['max_abs']:.2e}, max rel err {report['max_rel']:.2e} "
                      f"(rtol {tol['rtol']:g}, atol {tol['atol']:g})")
     lines.extend(f"  {p}" for p in report.get("problems", []))
-    if report["status"] in ("equivalent", "mismatch"):
+    if report["status"] in (Status.EQUIVALENT, Status.MISMATCH):
         lines.append(f"{report['status']}; weights in {out / CHECKPOINT}, report {out / REPORT}")
-    elif report["status"] == "error":
+    elif report["status"] == Status.ERROR:
         lines.append(f"error; report {out / REPORT}")
     return lines

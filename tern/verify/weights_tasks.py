@@ -7,7 +7,8 @@ again, its variables as ported units (``port.py``), the inputs and the Keras out
 its ``init`` tree (``graft.py``), saves the tree with orbax and replays the inputs.
 
 Both return ``{"outcome": "ok" | "usage" | "problem", ...}``: a bad request and a port
-that cannot be made are outcomes with a one-line ``message``, not exceptions.
+that cannot be made are outcomes with a one-line ``message``, not exceptions. Inside, a
+step that cannot go on returns a ``Stop`` and its caller passes it up.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import inspect
 import json
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,16 @@ INPUT_SEED = 0
 BASE_CONFIG_KEYS = {"name", "trainable", "dtype"}  # what keras.Layer's own **kwargs take back
 
 
-class Outcome(Exception):
-    """Ends a task early with ``{"outcome": kind, "message": message}``."""
+@dataclass(frozen=True)
+class Stop:
+    """Why a task ends early: ``kind`` "usage" (a bad request) or "problem" (a port that
+    cannot be made), and the one line that says so."""
 
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
+    kind: str
+    message: str
+
+    def answer(self, prefix: str = "") -> dict:
+        return {"outcome": self.kind, "message": prefix + self.message}
 
 
 def _last_line(exc: BaseException) -> str:
@@ -42,15 +48,16 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _target(module: str, name: str) -> Any:
+    """The object ``module:name`` names, or a Stop."""
     try:
         obj = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - a missing module is bad usage; anything else, the package's failure
         if isinstance(exc, ModuleNotFoundError) and exc.name and f"{module}.".startswith(f"{exc.name}."):
-            raise Outcome("usage", f"--model: no module {module}") from None
-        raise Outcome("problem", f"importing {module}: {_last_line(exc)}") from None
+            return Stop("usage", f"--model: no module {module}")
+        return Stop("problem", f"importing {module}: {_last_line(exc)}")
     for part in name.split("."):
         if not hasattr(obj, part):
-            raise Outcome("usage", f"--model: {module} has no {name}")
+            return Stop("usage", f"--model: {module} has no {name}")
         obj = getattr(obj, part)
     return obj
 
@@ -74,7 +81,7 @@ def _package_objects(root: Path, package: str) -> dict[str, Any]:
     return objects
 
 
-def _config_origin(source: Path, model: Any, package: str) -> dict:
+def _config_origin(source: Path, model: Any, package: str) -> dict | Stop:
     """The class and constructor keywords a ``.keras`` file rebuilt its model with, when
     ``load_model`` called ``cls(**config)`` on plain values (so they rebuild it exactly)."""
     from tensorflow import keras  # Keras 3, or tf_keras in a tf_keras worker
@@ -82,15 +89,15 @@ def _config_origin(source: Path, model: Any, package: str) -> dict:
     cls = type(model)
     where = f"{source.name} holds a {cls.__module__}.{cls.__qualname__}"
     if not cls.__module__.startswith(package + ".") and cls.__module__ != package:
-        raise Outcome("usage", f"{where}, not a class of {package}: pass --model")
+        return Stop("usage", f"{where}, not a class of {package}: pass --model")
     if getattr(cls.from_config, "__func__", None) is not keras.Model.from_config.__func__:
-        raise Outcome("usage", f"{where} with its own from_config: pass --model and its arguments")
+        return Stop("usage", f"{where} with its own from_config: pass --model and its arguments")
     config = _saved_config(source)
     params = inspect.signature(cls.__init__).parameters
     kwargs = {k: v for k, v in config.items() if k not in BASE_CONFIG_KEYS}
     odd = [k for k, v in kwargs.items() if k not in params or not _plain(v)]
     if odd:
-        raise Outcome("usage", f"{where} whose config has {odd} (not plain constructor arguments): pass --model")
+        return Stop("usage", f"{where} whose config has {odd} (not plain constructor arguments): pass --model")
     tuples = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
     return {"kind": "class", "module": cls.__module__, "name": cls.__qualname__,
             "args": [], "kwargs": pack(tuples, [])}
@@ -120,7 +127,7 @@ def _declared_inputs(model: Any) -> list:
         return []
 
 
-def _example_inputs(model: Any, specs: list[dict]) -> list[np.ndarray]:
+def _example_inputs(model: Any, specs: list[dict]) -> list[np.ndarray] | Stop:
     """Seeded inputs of the given shapes, else of the model's own (``Input`` or build) shapes."""
     if not specs:
         specs = [{"shape": list(t.shape), "dtype": str(t.dtype)} for t in _declared_inputs(model)]
@@ -129,20 +136,20 @@ def _example_inputs(model: Any, specs: list[dict]) -> list[np.ndarray]:
             if isinstance(shape, (list, tuple)) and all(d is None or isinstance(d, int) for d in shape):
                 specs = [{"shape": list(shape), "dtype": "float32"}]
     if not specs:
-        raise Outcome("usage", f"{type(model).__name__} declares no input shape: pass --input-shape (e.g. 2,12)")
+        return Stop("usage", f"{type(model).__name__} declares no input shape: pass --input-shape (e.g. 2,12)")
     rng = np.random.default_rng(INPUT_SEED)
     inputs = []
     for spec in specs:
         shape = tuple(2 if i == 0 and d is None else d for i, d in enumerate(spec["shape"]))
         if any(d is None for d in shape):
-            raise Outcome("usage", f"input shape {spec['shape']} has unknown dimensions: pass --input-shape")
+            return Stop("usage", f"input shape {spec['shape']} has unknown dimensions: pass --input-shape")
         dtype = np.dtype(spec["dtype"])
         inputs.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
                       else rng.integers(0, 10, shape).astype(dtype))
     return inputs
 
 
-def _call(model: Any, inputs: list[np.ndarray]) -> tuple[list, Any]:
+def _call(model: Any, inputs: list[np.ndarray]) -> tuple[list, Any] | Stop:
     """A functional/Sequential model with several inputs takes them as one list."""
     several = len(inputs) > 1 and len(_declared_inputs(model)) > 1
     args = [list(inputs)] if several else list(inputs)
@@ -150,7 +157,7 @@ def _call(model: Any, inputs: list[np.ndarray]) -> tuple[list, Any]:
         return args, model(*args, training=False)
     except Exception as exc:  # noqa: BLE001 - most often inputs of the wrong shape
         shapes = ", ".join(str(list(x.shape)) for x in inputs)
-        raise Outcome("problem", f"calling {type(model).__name__} on inputs {shapes}: {_last_line(exc)}") from None
+        return Stop("problem", f"calling {type(model).__name__} on inputs {shapes}: {_last_line(exc)}")
 
 
 def _trackable_paths(root: Any) -> dict[int, tuple[Any, set[str]]]:
@@ -172,7 +179,7 @@ def _trackable_paths(root: Any) -> dict[int, tuple[Any, set[str]]]:
     return found
 
 
-def _restore_savedmodel(model: Any, source: Path) -> None:
+def _restore_savedmodel(model: Any, source: Path) -> Stop | None:
     """Each model variable takes the SavedModel variable at the same attribute path, of
     the same shape and dtype; anything else (ambiguous, missing, left over) is a problem."""
     import tensorflow as tf
@@ -198,17 +205,19 @@ def _restore_savedmodel(model: Any, source: Path) -> None:
         problems.append("no variable matched by attribute path (a model.export() archive? "
                         "save with tf.saved_model.save(model, DIR) or model.save_weights)")
     if problems:
-        raise Outcome("problem", "SavedModel: " + "; ".join(problems))
+        return Stop("problem", "SavedModel: " + "; ".join(problems))
+    return None
 
 
-def _restore_checkpoint(model: Any, source: Path) -> str:
+def _restore_checkpoint(model: Any, source: Path) -> str | Stop:
+    """The note saying which checkpoint was read, or a Stop."""
     import tensorflow as tf
 
     prefix = tf.train.latest_checkpoint(str(source)) if source.is_dir() else str(source)
     if prefix is None:
         indexes = sorted(source.glob("*.index"))
         if len(indexes) != 1:
-            raise Outcome("usage", f"{source}: {len(indexes)} checkpoints and no 'checkpoint' file: pass the prefix")
+            return Stop("usage", f"{source}: {len(indexes)} checkpoints and no 'checkpoint' file: pass the prefix")
         prefix = str(indexes[0].with_suffix(""))
     tops = {k.split("/")[0] for k, _ in tf.train.list_variables(prefix)}
     tops -= {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter", "optimizer"}
@@ -219,21 +228,33 @@ def _restore_checkpoint(model: Any, source: Path) -> str:
         status.assert_existing_objects_matched()
     except AssertionError as exc:  # TF lists the unmatched objects with their values: keep the paths
         paths = re.findall(r"path=([^\s,]+)", str(exc))
-        raise Outcome("problem", f"checkpoint {prefix}: no values for model variables "
-                                 f"{', '.join(paths[:6]) or _last_line(exc)}") from None
+        return Stop("problem", f"checkpoint {prefix}: no values for model variables "
+                               f"{', '.join(paths[:6]) or _last_line(exc)}")
     except Exception as exc:  # noqa: BLE001 - shapes that differ, a file TF cannot read
-        raise Outcome("problem", f"checkpoint {prefix}: {_last_line(exc)}") from None
+        return Stop("problem", f"checkpoint {prefix}: {_last_line(exc)}")
     status.expect_partial()
     return f"checkpoint {prefix}" + (f" (root object {key!r})" if key else " (model at the root)")
 
 
-def _load(payload: dict) -> tuple[Any, dict, list[np.ndarray], str]:
-    """(built model with the source's weights, origin, inputs, note)."""
+@dataclass(frozen=True)
+class Loaded:
+    """The original model built with the source's weights, how to construct it again
+    (``origin``), its seeded inputs, and a note on where its arguments came from."""
+
+    model: Any
+    origin: dict
+    inputs: list[np.ndarray]
+    note: str
+
+
+def _load(payload: dict) -> Loaded | Stop:
     from tensorflow import keras  # Keras 3, or tf_keras in a tf_keras worker
 
     source, fmt, spec = Path(payload["source"]), payload["format"], payload.get("model")
     specs = payload.get("inputs", [])
     target = _target(spec["module"], spec["name"]) if spec else None
+    if isinstance(target, Stop):
+        return target
     args, kwargs = unpack(payload.get("args", []), []), unpack(payload.get("kwargs", {}), [])
     origin = spec and {"kind": "class" if isinstance(target, type) else "factory", **spec,
                        "args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
@@ -243,32 +264,42 @@ def _load(payload: dict) -> tuple[Any, dict, list[np.ndarray], str]:
         try:
             model = keras.models.load_model(str(source), custom_objects=custom, compile=False)
         except Exception as exc:  # noqa: BLE001 - keras raises anything on a file it cannot rebuild
-            raise Outcome("problem", f"keras could not load {source.name}: {_last_line(exc)}") from None
+            return Stop("problem", f"keras could not load {source.name}: {_last_line(exc)}")
         if origin is None or (target is type(model) and not (payload.get("args") or payload.get("kwargs"))):
-            try:  # no --model, or it names the saved class: the file's arguments, when they can be known
-                origin, note = _config_origin(source, model, payload["package"]), "constructor arguments from the file's config"
-            except Outcome:
-                if origin is None:
-                    raise
-        return model, origin, _example_inputs(model, specs), note
+            # no --model, or it names the saved class: the file's arguments, when they can be known
+            found = _config_origin(source, model, payload["package"])
+            if not isinstance(found, Stop):
+                origin, note = found, "constructor arguments from the file's config"
+            elif origin is None:
+                return found
+        inputs = _example_inputs(model, specs)
+        return inputs if isinstance(inputs, Stop) else Loaded(model, origin, inputs, note)
     if target is None:
-        raise Outcome("usage", f"a {fmt} source holds weights only: pass --model pkg.module:Name")
+        return Stop("usage", f"a {fmt} source holds weights only: pass --model pkg.module:Name")
     try:
         model = target(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the user's constructor
-        raise Outcome("usage", f"--model {spec['module']}:{spec['name']}(...) failed: {_last_line(exc)}") from None
+        return Stop("usage", f"--model {spec['module']}:{spec['name']}(...) failed: {_last_line(exc)}")
     inputs = _example_inputs(model, specs)
-    _call(model, [np.zeros_like(x) for x in inputs])  # builds every variable
+    if isinstance(inputs, Stop):
+        return inputs
+    built = _call(model, [np.zeros_like(x) for x in inputs])  # builds every variable
+    if isinstance(built, Stop):
+        return built
     if fmt == "checkpoint":
         note = _restore_checkpoint(model, source)
+        if isinstance(note, Stop):
+            return note
     elif fmt == "savedmodel":
-        _restore_savedmodel(model, source)
+        stop = _restore_savedmodel(model, source)
+        if stop is not None:
+            return stop
     else:
         try:
             model.load_weights(str(source))
         except Exception as exc:  # noqa: BLE001 - a file that does not fit the model
-            raise Outcome("problem", f"loading {source.name} into {spec['name']}: {_last_line(exc)}") from None
-    return model, origin, inputs, note
+            return Stop("problem", f"loading {source.name} into {spec['name']}: {_last_line(exc)}")
+    return Loaded(model, origin, inputs, note)
 
 
 def export_keras(payload: dict, scratch: Path) -> dict:
@@ -277,15 +308,18 @@ def export_keras(payload: dict, scratch: Path) -> dict:
     from tern.verify.port import PortError, keras_units
     from tern.verify.record import _to_numpy
 
+    loaded = _load(payload)
+    if isinstance(loaded, Stop):
+        return loaded.answer()
+    model, origin, inputs, note = loaded.model, loaded.origin, loaded.inputs, loaded.note
+    called = _call(model, inputs)
+    if isinstance(called, Stop):
+        return called.answer()
+    args, outputs = called
     try:
-        model, origin, inputs, note = _load(payload)
-        args, outputs = _call(model, inputs)
-        try:
-            units = keras_units(model)
-        except (PortError, KeyError) as exc:
-            raise Outcome("problem", f"porting the Keras variables: {_last_line(exc)}") from None
-    except Outcome as outcome:
-        return {"outcome": outcome.kind, "message": str(outcome)}
+        units = keras_units(model)
+    except (PortError, KeyError) as exc:
+        return Stop("problem", f"porting the Keras variables: {_last_line(exc)}").answer()
     arrays: list[np.ndarray] = []
     meta = {"origin": origin, "inputs": pack([args, {"training": False}], arrays, _to_numpy),
             "outputs": pack(outputs, arrays, _to_numpy),
@@ -310,10 +344,9 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
 
     meta, arrays = read_case(Path(payload["case"]), "case")
     origin = meta["origin"]
-    try:
-        _target(origin["module"], origin["name"])
-    except Outcome as outcome:
-        return {"outcome": outcome.kind, "message": f"the translation: {outcome}"}
+    found = _target(origin["module"], origin["name"])
+    if isinstance(found, Stop):
+        return found.answer("the translation: ")
     try:
         module = build(origin, arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jax.numpy.asarray)

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from tern.status import Status
+
 REPORT = "tern-weights.json"
 CHECKPOINT = "checkpoint"
 
@@ -111,10 +113,10 @@ def load_variables(directory: str | Path, *, allow_mismatch: bool = False, as_ja
     """
     report = read_report(directory)
     status = report.get("status")
-    if status != "equivalent" and not (allow_mismatch and status == "mismatch"):
+    if status != Status.EQUIVALENT and not (allow_mismatch and status == Status.MISMATCH):
         reason = "; ".join(report.get("problems", [])) or report.get("message", "")
         raise WeightsError(f"{directory}: tern weights reported {status}" + (f" ({reason})" if reason else "")
-                           + ("; pass allow_mismatch=True to load it anyway" if status == "mismatch" else ""))
+                           + ("; pass allow_mismatch=True to load it anyway" if status == Status.MISMATCH else ""))
     import orbax.checkpoint as ocp
 
     with ocp.StandardCheckpointer() as checkpointer:
