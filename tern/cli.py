@@ -84,7 +84,8 @@ def migrate(
     import time
 
     from tern.agent import cli as agent_cli
-    from tern.engine.runner import UsageError, migrate as run
+    from tern.engine.runner import migrate as run
+    from tern.errors import UsageError
     from tern.verify.config import ConfigError
 
     if in_place and out_dir is not None:
@@ -195,7 +196,8 @@ def _report_stem(path: Path, out_dir: Optional[Path], report_path: Optional[Path
     """The report's path stem, checked before anything is written: the output and the
     report are never inside the source (unless --in-place), and can be written.
     UsageError (or FileNotFoundError, left to the run to report) otherwise."""
-    from tern.engine.runner import UsageError, check_target, check_writable, resolved, target_of
+    from tern.engine.runner import check_target, check_writable, resolved, target_of
+    from tern.errors import UsageError
 
     source = resolved(path, "the source")
     if not source.exists():

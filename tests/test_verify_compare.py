@@ -3,7 +3,8 @@ float32, again against the translation's float64 result within its measured roun
 
 import numpy as np
 
-from tern.verify.replay import ROUNDING_CEILING, ROUNDING_FACTOR, _against_float64, compare
+from tern.verify.replay import against_float64
+from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
 
 def _terms() -> np.ndarray:
@@ -25,7 +26,7 @@ def test_rounding_of_a_sum_fails_element_wise_and_passes_against_float64():
     keras, jax32, jax64 = _float32_sum(terms, False), _float32_sum(terms, True), terms.sum(axis=1)
     narrow = compare("d/d kernel", jax32, keras, None)
     assert not narrow["ok"]  # a cancelled element's rounding is a huge error relative to itself
-    again = _against_float64(narrow, ("d/d kernel", jax32, keras), jax64, None)
+    again = against_float64(narrow, ("d/d kernel", jax32, keras), jax64, None)
     assert again["ok"]
     assert again["rounding"] == float(np.abs(jax32.astype(np.float64) - jax64).max()) > 0
     assert again["float32"] == {"max_abs": narrow["max_abs"], "max_rel": narrow["max_rel"]}
@@ -40,7 +41,7 @@ def test_a_wrong_value_beyond_the_rounding_fails_against_float64_too():
     for keras in (_float32_sum(kept, False),
                   _float32_sum(terms, False) + np.float32(0.05) * (np.arange(64) == 5)):  # one element off
         narrow = compare("d/d kernel", jax32, keras, None)
-        again = _against_float64(narrow, ("d/d kernel", jax32, keras), jax64, None)
+        again = against_float64(narrow, ("d/d kernel", jax32, keras), jax64, None)
         assert not narrow["ok"] and not again["ok"]
         assert again["max_abs"] > ROUNDING_FACTOR * rounding
 
@@ -62,12 +63,12 @@ def test_a_float64_run_that_computes_something_else_excuses_nothing():
     jax32 = keras * (rng.uniform(size=keras.shape) > 0.2) / 0.8  # one dropout mask
     jax64 = keras.astype(np.float64) * (rng.uniform(size=keras.shape) > 0.2) / 0.8  # another
     narrow = compare("output", jax32, keras, None)
-    again = _against_float64(narrow, ("output", jax32, keras), jax64, None)
+    again = against_float64(narrow, ("output", jax32, keras), jax64, None)
     assert not narrow["ok"] and not again["ok"]
     assert "beyond float32 rounding" in again["problem"] and again["rounding"] > ROUNDING_CEILING
 
     # Keras's own float64 run (tern/verify/reference.py) has no dropout in inference: still off
-    judged = _against_float64(narrow, ("output", jax32, keras), jax64, None, keras64=keras.astype(np.float64))
+    judged = against_float64(narrow, ("output", jax32, keras), jax64, None, keras64=keras.astype(np.float64))
     assert not judged["ok"] and judged["keras_float64"] and judged["max_abs"] > 0.1
 
 
@@ -80,9 +81,9 @@ def test_ill_conditioned_values_are_settled_by_both_sides_in_float64():
     keras = (truth - np.array([40.0, 1.0, 0.2])).astype(np.float32)
     narrow = compare("d/d input[0]", jax32, keras, None)
     assert not narrow["ok"]
-    alone = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None)
+    alone = against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None)
     assert not alone["ok"] and "beyond float32 rounding" in alone["problem"]
-    settled = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None, keras64=truth + 1e-12)
+    settled = against_float64(narrow, ("d/d input[0]", jax32, keras), truth, None, keras64=truth + 1e-12)
     assert settled["ok"] and settled["keras_float64"]
-    wrong = _against_float64(narrow, ("d/d input[0]", jax32, keras), truth * 1.01, None, keras64=truth)
+    wrong = against_float64(narrow, ("d/d input[0]", jax32, keras), truth * 1.01, None, keras64=truth)
     assert not wrong["ok"] and wrong["keras_float64"]

@@ -103,7 +103,7 @@ def test_a_module_run_by_a_failing_test_is_not_credited():
 
 
 def test_calls_count_as_reaching_a_module_and_imports_do_not(tmp_path):
-    from tern.verify.tasks import _files_run, _module_name
+    from tern.verify.tasks import files_run, module_name
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -112,7 +112,7 @@ def test_calls_count_as_reaching_a_module_and_imports_do_not(tmp_path):
     import sys
     sys.path.insert(0, str(tmp_path))
     try:
-        with _files_run(tmp_path) as ran:
+        with files_run(tmp_path) as ran:
             import pkg.base
             import pkg.table  # noqa: F401 - imported, never called
             pkg.base.Base()
@@ -120,4 +120,4 @@ def test_calls_count_as_reaching_a_module_and_imports_do_not(tmp_path):
         sys.path.remove(str(tmp_path))
         for name in ("pkg", "pkg.base", "pkg.table"):
             sys.modules.pop(name, None)
-    assert {_module_name(p, tmp_path) for p in ran} == {"pkg.base"}
+    assert {module_name(p, tmp_path) for p in ran} == {"pkg.base"}

@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 
 import libcst as cst
 
+from tern.errors import UsageError  # the run cannot start as asked; nothing has been written
 from tern.engine import support_module
 from tern.engine.package import PackageInfo, scan_package
 from tern.engine.report import FileResult, Note, RunReport
@@ -36,10 +37,6 @@ from tern.engine.translate import is_test_path, translate_module
 
 SKIP_DIRS = {"__pycache__", ".git", ".tern", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 TMP_SUFFIX = ".tern-tmp"  # write_atomic's temporary files: ``.<name>.<random>.tern-tmp``
-
-
-class UsageError(ValueError):
-    """The run cannot start as asked; nothing has been written."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def _tf():
     return tf
 
 
-def _to_numpy(value: Any) -> np.ndarray | None:
+def to_numpy(value: Any) -> np.ndarray | None:
     tf = _tf()
     if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "numpy") and hasattr(value, "dtype"):
         array = np.asarray(value.numpy())
@@ -198,7 +198,7 @@ class Recorder:
         if self.per_target.get(target, 0) >= self.max_per_target and other_mode_of is None:
             return None
         try:
-            inputs = pack([list(args), dict(kwargs)], arrays := [], _to_numpy)
+            inputs = pack([list(args), dict(kwargs)], arrays := [], to_numpy)
         except Unpackable as exc:
             return self.skip(origin, f"inputs: {exc}")
         signature = json.dumps([target, origin.get("args"), origin.get("kwargs"), inputs,
@@ -267,7 +267,7 @@ class Recorder:
         variables = list(layer.variables)
         saved = [np.array(v.numpy()) for v in variables]
         flat_in = tf.nest.flatten([list(args), dict(kwargs)])
-        arrays = {i: _as_np(x) for i, x in enumerate(flat_in) if isinstance(x, np.ndarray) or _to_numpy(x) is not None}
+        arrays = {i: _as_np(x) for i, x in enumerate(flat_in) if isinstance(x, np.ndarray) or to_numpy(x) is not None}
         float_positions = [i for i, array in arrays.items() if array.dtype.kind == "f"]
         self.replaying = True
         keep: list[bool] | None = None  # per output leaf: reproducible (None: all are)
@@ -333,7 +333,7 @@ def _never(value: Any) -> None:
 
 
 def _as_np(value: Any) -> np.ndarray:
-    array = _to_numpy(value)
+    array = to_numpy(value)
     return np.asarray(value) if array is None else array
 
 

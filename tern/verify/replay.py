@@ -38,46 +38,9 @@ from tern.status import Status
 from tern.verify.arrays import array_paths, build, read_case, unpack
 from tern.verify.graft import flatten, graft
 from tern.verify.replay_functions import replay_function_case
+from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
-#: float32 defaults; half precision gets looser ones (``tolerance_for``)
-DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-#: how much more than the translation's own float32 rounding Keras's may be (other kernels,
-#: other summation orders: oneDNN's blocked convolutions against XLA's)
-ROUNDING_FACTOR = 8.0
-#: the most a float32 computation's own rounding can be, relative to its values (at least 1):
-#: beyond it, the float32 and float64 runs computed different things, and nothing is excused
-ROUNDING_CEILING = 1e-2
-HALF_TOLERANCE = {"float16": {"rtol": 1e-3, "atol": 1e-3}, "bfloat16": {"rtol": 1e-2, "atol": 1e-2}}
-
-
-def tolerance_for(dtype: np.dtype, configured: dict | None) -> dict:
-    if configured:
-        return {**DEFAULT_TOLERANCE, **configured}
-    return HALF_TOLERANCE.get(np.dtype(dtype).name, DEFAULT_TOLERANCE)
-
-
-def compare(name: str, got: Any, want: np.ndarray, tolerance: dict | None, rounding: float = 0.0) -> dict:
-    """One output (or gradient) compared: shapes, then values; errors always reported.
-    ``rounding``: the measured float32 rounding of ``got``'s computation (module docstring)."""
-    got = np.asarray(got)
-    want = np.asarray(want)
-    if got.shape != want.shape:
-        return {"name": name, "ok": False, "problem": f"shape {list(got.shape)} != keras {list(want.shape)}"}
-    if got.dtype.kind != want.dtype.kind and not {got.dtype.kind, want.dtype.kind} <= {"i", "u"}:
-        return {"name": name, "ok": False, "problem": f"dtype {got.dtype} vs keras {want.dtype}"}
-    tol = tolerance_for(want.dtype, tolerance)
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    diff = np.abs(a - b)
-    finite = np.isfinite(b)
-    same_nonfinite = bool(np.array_equal(np.isnan(a), np.isnan(b)) and np.array_equal(a[np.isinf(b)], b[np.isinf(b)]))
-    max_abs = float(diff[finite].max()) if finite.any() else 0.0
-    max_rel = float((diff[finite] / np.maximum(np.abs(b[finite]), np.finfo(np.float32).tiny)).max()) if finite.any() else 0.0
-    bound = tol["atol"] + tol["rtol"] * np.abs(b[finite]) + ROUNDING_FACTOR * rounding
-    ok = bool(same_nonfinite and np.all(diff[finite] <= bound))
-    return {"name": name, "ok": ok, "max_abs": max_abs, "max_rel": max_rel, **tol}
-
-
-def _call_kwargs(module: Any, kwargs: dict) -> dict:
+def call_kwargs(module: Any, kwargs: dict) -> dict:
     """Recorded call keywords the Flax ``__call__`` accepts; a meaningful one it lacks
     (``training=True``, a mask) is an error, ``training=False``/``None`` is the default."""
     params = inspect.signature(type(module).__call__).parameters
@@ -108,7 +71,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     try:
         module = build(meta["origin"], arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
-        kwargs = _call_kwargs(module, kwargs)
+        kwargs = call_kwargs(module, kwargs)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
         # Eager Flax compiles every primitive on first use (seconds per model on a CPU):
         # the variable tree comes from abstract evaluation (no compile at all), and
@@ -190,7 +153,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                 wide_values, _ = _compared_values(meta, arrays, want_paths, jax.tree_util.tree_leaves(outputs),
                                                   grad_params, grad_inputs, init, any(c is not None for c in cots))
                 keras64 = _keras_float64(reference, name, want_paths, outputs, grad_params, grad_inputs, init, cots)
-            checks = [check if check["ok"] else _against_float64(check, value, value64[1], tolerance, keras64.get(value[0]))
+            checks = [check if check["ok"] else against_float64(check, value, value64[1], tolerance, keras64.get(value[0]))
                       for check, value, value64 in zip(checks, values, wide_values)]
             if reference is None and not all(c["ok"] for c in checks):
                 result["wants_reference"] = True  # a Keras float64 run may settle it (``reference.py``)
@@ -319,7 +282,7 @@ def _float64(leaf: Any) -> Any:
     return jnp.asarray(leaf, jnp.float64) if jnp.issubdtype(jnp.result_type(leaf), jnp.floating) else leaf
 
 
-def _against_float64(check: dict, value: tuple, wide: Any, tolerance: dict | None, keras64: Any = None) -> dict:
+def against_float64(check: dict, value: tuple, wide: Any, tolerance: dict | None, keras64: Any = None) -> dict:
     """A value that failed in float32, judged again against the translation's float64
     result: within its measured float32 rounding of Keras's float32 result, or, where the
     Keras float64 reference exists, within the tolerance of that (module docstring)."""

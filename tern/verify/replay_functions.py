@@ -2,7 +2,7 @@
 
 The translated function is called eagerly on the recorded arguments (arrays as JAX
 arrays) and every array it returns is compared with TF's, in order: structure first (as
-many arrays), then values as for layers (``replay.compare``). No gradients: a plain
+many arrays), then values as for layers (``tolerance.compare``). No gradients: a plain
 function has no weights, and a wrong derivative shows in the values of the layers and
 training steps that use it.
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, unpack
+from tern.verify.tolerance import compare
 
 
 def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
@@ -52,8 +53,6 @@ def _needs_key(meta: dict, arrays: Any) -> bool:
 
 def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
     import jax
-
-    from tern.verify.replay import compare
 
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:

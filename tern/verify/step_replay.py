@@ -30,7 +30,7 @@ from tern.status import Status
 from tern.verify.arrays import build as build_model
 from tern.verify.arrays import read_case, unpack
 from tern.verify.graft import DERIVED, flatten, graft
-from tern.verify.replay import compare
+from tern.verify.tolerance import compare
 from tern.verify.step_objects import translated_value
 
 DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32, on values (not on displacements)

@@ -25,13 +25,13 @@ def translated_tests(payload: dict, scratch: Path) -> dict:
     root = Path(payload["root"])
     files = [str(root / f) for f in payload["files"]]
     select = [str(root / t) for t in payload.get("select", [])]
-    with _files_run(root) as ran:
+    with files_run(root) as ran:
         result = run_pytest(files, root, scratch, translated=True, select=select)
-    return {**result, "ran": sorted({_module_name(path, root) for path in ran} - {_module_name(Path(f), root) for f in files})}
+    return {**result, "ran": sorted({module_name(path, root) for path in ran} - {module_name(Path(f), root) for f in files})}
 
 
 @contextlib.contextmanager
-def _files_run(root: Path):
+def files_run(root: Path):
     """The source files under ``root`` whose named functions were called while the block
     ran (a call-only tracer: no line events, so the cost is one check per Python call).
     Module and class bodies, comprehensions and lambdas do not count: importing a module
@@ -55,6 +55,6 @@ def _files_run(root: Path):
         sys.settrace(previous)
 
 
-def _module_name(path: Path, root: Path) -> str:
+def module_name(path: Path, root: Path) -> str:
     parts = list(Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -306,7 +306,7 @@ def export_keras(payload: dict, scratch: Path) -> dict:
     """Task (TF worker): load ``payload["source"]`` into the original model and write
     the case ``payload["out"]/case``."""
     from tern.verify.port import PortError, keras_units
-    from tern.verify.record import _to_numpy
+    from tern.verify.record import to_numpy
 
     loaded = _load(payload)
     if isinstance(loaded, Stop):
@@ -321,8 +321,8 @@ def export_keras(payload: dict, scratch: Path) -> dict:
     except (PortError, KeyError) as exc:
         return Stop("problem", f"porting the Keras variables: {_last_line(exc)}").answer()
     arrays: list[np.ndarray] = []
-    meta = {"origin": origin, "inputs": pack([args, {"training": False}], arrays, _to_numpy),
-            "outputs": pack(outputs, arrays, _to_numpy),
+    meta = {"origin": origin, "inputs": pack([args, {"training": False}], arrays, to_numpy),
+            "outputs": pack(outputs, arrays, to_numpy),
             "units": [{**u, "tree": pack(u["tree"], arrays)} for u in units]}
     write_case(Path(payload["out"]), "case", meta, arrays)
     return {"outcome": "ok", "origin": origin, "note": note, "layer": type(model).__name__,
@@ -339,7 +339,8 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
 
     from tern.verify.arrays import build
     from tern.verify.graft import graft
-    from tern.verify.replay import _call_kwargs, compare
+    from tern.verify.replay import call_kwargs
+    from tern.verify.tolerance import compare
     from tern.weights.checkpoint import describe, save_variables
 
     meta, arrays = read_case(Path(payload["case"]), "case")
@@ -350,7 +351,7 @@ def port_to_flax(payload: dict, scratch: Path) -> dict:
     try:
         module = build(origin, arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jax.numpy.asarray)
-        kwargs = _call_kwargs(module, kwargs)
+        kwargs = call_kwargs(module, kwargs)
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
         abstract = jax.eval_shape(lambda a: module.init(rngs, *a, **kwargs), args)
     except Exception as exc:  # noqa: BLE001 - the translated module's own failure
