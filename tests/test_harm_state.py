@@ -141,7 +141,7 @@ def test_eval_migrates_many_packages_at_once_in_processes_while_the_loop_parses(
     pool, futures = start_migrations(cases, options)
     assert pool is not None
     stop = threading.Event()
-    source = (ROOT / "tern" / "translate.py").read_text()
+    source = (ROOT / "tern" / "engine" / "translate.py").read_text()
 
     def parse() -> None:
         while not stop.is_set():

@@ -276,7 +276,7 @@ def test_every_support_definition_is_used(name):
         assert isinstance(SUPPORT[name], (type, types.FunctionType)), f"{name} is not a class or function"
     used = any("{support:" + name + "}" in p.read_text(encoding="utf-8") for p in RULES.rglob("*.toml"))
     used = used or any(name in d.uses for d in table.values())
-    code = [*(RULES / "structure").glob("*.py"), *(RULES / "testing").glob("*.py"), *(RULES.parent / "tern").glob("*.py")]
+    code = [*(RULES / "structure").glob("*.py"), *(RULES / "testing").glob("*.py"), *(RULES.parent / "tern").rglob("*.py")]
     used = used or any(re.search(rf"\b{name}\b", p.read_text(encoding="utf-8")) for p in code)
     assert used, f"{name} (rules/support/{table[name].file}.py) is used by no table, rule or other support definition"
 
