@@ -412,6 +412,14 @@ PLANTED = [
      "x = self.dropout(x, deterministic=training)", "x = self.dropout(x, deterministic=training is False)"),
     # the reconstruction is sampled, the KL term beside it is not: the KL term is compared
     ("vae_sampling", "model.py", "kl_loss = -0.5 * jnp.mean(", "kl_loss = -0.5 * jnp.sum(", "kl_loss = jnp.float32(-0.5) * jnp.mean("),
+    # an epsilon out of the square root: the tests' variances hide it, the probes' small ones do not
+    ("stateful_running_stats", "layers.py", "jnp.sqrt(variance.value + self.epsilon)",
+     "(jnp.sqrt(variance.value) + self.epsilon)", "jnp.sqrt(self.epsilon + variance.value)"),
+    # the same in a package function the tests call, probed beyond its arguments too
+    ("mixed_imports", "blocks.py", "jax.lax.rsqrt(mean_square + epsilon)", "(jax.lax.rsqrt(mean_square) + epsilon)",
+     "1.0 / jnp.sqrt(mean_square + epsilon)"),
+    # a constructor default every test passes explicitly: compared with the Keras class's
+    ("transformer_encoder", "layers.py", "embed_dim: int = 32", "embed_dim: int = 33", "embed_dim: int = 2 * 16"),
 ]
 
 
@@ -442,6 +450,9 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     cases = found["resnet_block.model"]["cases"]  # the tests' own calls (inference) agree, the training-mode one not
     assert {c["status"] for c in cases} == {"match", "mismatch"}, cases
     assert any("[1]" in p for p in found["vae_sampling.model"]["problems"])  # the KL term, output [1]
+    assert any("@ inputs" in p for p in found["stateful_running_stats.layers"]["problems"])  # found by a probe
+    assert any("rms_normalize" in p and "@ inputs" in p for p in found["mixed_imports.blocks"]["problems"])
+    assert any("default of embed_dim" in p for p in found["transformer_encoder.layers"]["problems"])
     report_path = project / "harmless.json"
     proc = tern(project, "verify", str(_plant(project, "harmless", 2)), "--original", str(FIXTURES), "--json", str(report_path))
     found = rows(json.loads(report_path.read_text()))

@@ -80,6 +80,27 @@ def table(reports: list[PackageReport]) -> Table:
     return grid
 
 
+def probe_lines(reports: list[PackageReport]) -> list[str]:
+    """Per package, what the probes beyond the tests' inputs found: values judged and not,
+    and the one nearest to failing (which input, how far off)."""
+    lines = []
+    for report in reports:
+        rows = [r for r in report.rows if r.probes_judged or r.probes_not_judged]
+        if not rows:
+            continue
+        judged, not_judged = sum(r.probes_judged for r in rows), sum(r.probes_not_judged for r in rows)
+        worst = max((r for r in rows if r.probe_worst), key=lambda r: (not r.probe_worst["ok"], r.probe_worst["used"]),
+                    default=None)
+        line = f"{report.package}: beyond the tests' inputs, {judged} values compared" + (
+            f", {not_judged} ill-conditioned there (not judged)" if not_judged else "")
+        if worst is not None:
+            w = worst.probe_worst
+            line += (f"; largest error {w['max_abs']:.2e} abs, {w['used']:.2g} of its tolerance: {w['target']} "
+                     f"{w['name']}")
+        lines.append(line)
+    return lines
+
+
 def problems(reports: list[PackageReport]) -> list[str]:
     return [line for report in reports for line in problem_lines(report)]
 
@@ -146,6 +167,8 @@ def render(reports: list[PackageReport], info: dict, console: Console) -> None:
     for line in [line for report in reports for line in session_lines(report.training)]:
         console.print(f"  {line}", markup=False, highlight=False)
     for line in problems(reports):
+        console.print(f"  {line}", markup=False, highlight=False)
+    for line in probe_lines(reports):
         console.print(f"  {line}", markup=False, highlight=False)
     counts = {s: sum(1 for r in reports for row in r.rows if row.status == s) for s in _terminal_order()}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items())

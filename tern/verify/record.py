@@ -32,8 +32,10 @@ import numpy as np
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
+from tern.verify.interface import keras_defaults
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
+from tern.verify.probes import judged_leaves, probe_inputs
 from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
 from tern.weights.port import variable_path
@@ -71,6 +73,8 @@ class Recorder:
         self.seen: set[str] = set()
         self.depth = 0
         self.other_mode: set[str] = set()  # targets also recorded in the mode their tests did not use
+        self.probed: set[tuple[str, bool]] = set()  # (target, training) already probed beyond its inputs
+        self.probed_functions: set[str] = set()  # package functions already probed
         self.function_depth = 0  # inside a package function's call: its own calls are covered by it
         self.replaying = False
         self._undo: list[tuple[Any, str, Any]] = []
@@ -211,6 +215,7 @@ class Recorder:
             return None if other_mode_of is not None else self.skip(origin, case)
         if other_mode_of is not None and _same_outputs(case["outputs"], other_mode_of):
             return None  # the mode changes nothing here: the test's own case says it all
+        probes = self._probe(call, layer, target, args, kwargs, case)
         units_meta, unit_arrays = _pack_units(layer, None)
         grads = case.pop("grads_by_id")
         gunits_meta, gunit_arrays = _pack_units(layer, lambda v: grads.get(id(v), np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype)))
@@ -227,11 +232,21 @@ class Recorder:
         # the Keras weights as they are, in Keras's order: a float64 rebuild (``reference.py``) takes them
         weights = [{"path": variable_path(v), "array": len(all_arrays) + i} for i, v in enumerate(layer.weights)]
         all_arrays.extend(np.array(v.numpy()) for v in layer.weights)
+        state_units = []
+        if case["updated"]:  # the state the call left (moving statistics): ported like the weights
+            updated = case["updated"]
+            state_meta, state_arrays = _pack_units(layer, lambda v: updated.get(id(v), np.array(v.numpy())))
+            state_units = shift(state_meta, len(all_arrays))
+            all_arrays.extend(state_arrays)
+        probes = [{"name": name, "inputs": pack(floats, all_arrays), "outputs": pack(outputs, all_arrays),
+                   "compared": compared} for name, floats, outputs, compared in probes]
         ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
         meta = {"id": ident, "target": target, "origin": origin, "inputs": inputs, "outputs": outputs,
                 "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
                 "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__,
-                **({"stochastic": case["stochastic"]} if case["stochastic"] else {})}
+                **({"stochastic": case["stochastic"]} if case["stochastic"] else {}),
+                **({"probes": probes} if probes else {}), **({"state_units": state_units} if state_units else {}),
+                "defaults": keras_defaults(layer, origin)}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.cases.append({"id": ident, "target": target})
@@ -257,6 +272,46 @@ class Recorder:
         self.other_mode.add(target)
         self.record(call, layer, origin, args, {**kwargs, "training": not bool(kwargs.get("training"))}, other_mode_of=outputs)
 
+    def _probe(self, call: Any, layer: Any, target: str, args: tuple, kwargs: dict,
+               case: dict) -> list[tuple[str, list[np.ndarray], Any, list[int]]]:
+        """The call again on inputs beyond the test's (``probes.py``), for the first reproducible
+        case of a layer in each mode: ``(probe, float inputs, outputs, output positions to
+        compare)`` per probe Keras computed a comparable output for. Every variable is restored
+        after each run, as after the recorded ones."""
+        tf = _tf()
+        mode = (target, bool(kwargs.get("training")))
+        if case["stochastic"] or mode in self.probed:
+            return []
+        self.probed.add(mode)
+        flat_in = tf.nest.flatten([list(args), dict(kwargs)])
+        present = [i for i, x in enumerate(flat_in) if x is not None]
+        positions = [present[i] for i in case["float_inputs"]]
+        if not positions:
+            return []
+        variables = list(layer.variables)
+        saved = [np.array(v.numpy()) for v in variables]
+        found = []
+        self.replaying = True
+        try:
+            for name, floats in probe_inputs([_as_np(flat_in[i]) for i in positions]):
+                leaves = list(flat_in)
+                for i, array in zip(positions, floats):
+                    leaves[i] = tf.constant(array)
+                call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+                try:
+                    out = tf.nest.map_structure(np.asarray, call(layer, *call_args, **call_kwargs))
+                except Exception:  # noqa: BLE001 - the layer refuses this input (a checked range): no probe
+                    continue
+                finally:
+                    for v, value in zip(variables, saved):
+                        v.assign(value)
+                compared = judged_leaves(tf.nest.flatten(out), set())
+                if compared:
+                    found.append((name, floats, out, compared))
+        finally:
+            self.replaying = False
+        return found
+
     def _rerun(self, call: Any, layer: Any, args: tuple, kwargs: dict) -> dict | str:
         """Outputs, cotangents and gradients from two fresh runs; a reason string when
         the call is not reproducible. When some outputs agree between the runs and others
@@ -271,6 +326,7 @@ class Recorder:
         float_positions = [i for i, array in arrays.items() if array.dtype.kind == "f"]
         self.replaying = True
         keep: list[bool] | None = None  # per output leaf: reproducible (None: all are)
+        updated: dict[int, np.ndarray] = {}  # non-trainable variables the call changed: their values after it
         try:
             watched = {i: tf.constant(arrays[i]) for i in float_positions}
             runs = []
@@ -291,6 +347,10 @@ class Recorder:
                 sources = [watched[i] for i in float_positions] + trainable
                 grads = tape.gradient(loss, sources) if attempt != 1 else None
                 runs.append((tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable))
+                if attempt == 0:
+                    updated = {id(v): np.array(v.numpy()) for v, value in zip(variables, saved)
+                               if not v.trainable and "seed_generator" not in variable_path(v)
+                               and not np.array_equal(v.numpy(), value)}
                 for v, value in zip(variables, saved):
                     if attempt >= 1 or "seed_generator" not in variable_path(v):  # let RNG state advance
                         v.assign(value)
@@ -315,7 +375,8 @@ class Recorder:
         present = [i for i, x in enumerate(flat_in) if x is not None]
         return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
                 "input_grads": input_grads, "float_inputs": [present.index(i) for i in float_positions],
-                "grads_by_id": grads_by_id, "stochastic": [i for i, kept in enumerate(keep or []) if not kept]}
+                "grads_by_id": grads_by_id, "stochastic": [i for i, kept in enumerate(keep or []) if not kept],
+                "updated": updated if keep is None else {}}
 
 
 _MISSING = object()

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.arrays import Unpackable, pack, unpack, write_case
+from tern.verify.probes import judged_leaves, probe_inputs
 
 
 def _tf():
@@ -57,6 +58,37 @@ def _as_arrays(result: Any) -> Any:
     return tf.nest.map_structure(lambda leaf: np.asarray(leaf.numpy()) if isinstance(leaf, tf.Tensor) else leaf, result)
 
 
+def _probe(recorder: Any, fn: Any, inputs: Any, arrays: list[np.ndarray]) -> list[tuple]:
+    """The function again on its float arguments moved beyond the test's (``probes.py``), the
+    first call of each function only: ``(probe, positions among the arrays, moved arrays,
+    result, result positions to compare)`` per probe TF gave a comparable result for."""
+    tf = _tf()
+    float_at = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    if not float_at:
+        return []
+    found = []
+    recorder.replaying = True
+    try:
+        for probe, floats in probe_inputs([arrays[i] for i in float_at]):
+            moved = list(arrays)
+            for i, array in zip(float_at, floats):
+                moved[i] = array
+            args, kwargs = unpack(inputs, moved, tf.constant)
+            try:
+                out = fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - the function refuses this input: no probe
+                continue
+            leaves = _result_leaves(out)
+            if leaves is None:
+                continue
+            compared = judged_leaves(leaves, set())
+            if compared:
+                found.append((probe, float_at, floats, out, compared))
+    finally:
+        recorder.replaying = False
+    return found
+
+
 def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: tuple, kwargs: dict, result: Any) -> None:
     """Called after ``fn(*args, **kwargs)`` returned ``result`` in a test."""
     tf = _tf()
@@ -87,10 +119,15 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
             a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again)):
         recorder.skip(origin, "stochastic: two calls on the same arguments differ")
         return
+    first_call = target not in recorder.probed_functions
+    recorder.probed_functions.add(target)
+    probes = _probe(recorder, fn, inputs, arrays) if first_call else []
     outputs = pack(_as_arrays(result), arrays)
+    probes = [{"name": probe, "inputs": pack(floats, arrays), "outputs": pack(_as_arrays(out), arrays),
+               "compared": compared, "float_at": float_at} for probe, float_at, floats, out, compared in probes]
     ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
     meta = {"id": ident, "kind": "function", "target": target, "origin": origin, "inputs": inputs,
-            "outputs": outputs, "layer": name}
+            "outputs": outputs, "layer": name, **({"probes": probes} if probes else {})}
     write_case(recorder.out, ident, meta, arrays)
     recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
     recorder.cases.append({"id": ident, "target": target})

@@ -36,7 +36,9 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, build, read_case, unpack
-from tern.verify.graft import flatten, graft
+from tern.verify.graft import DERIVED, flatten, graft
+from tern.verify.interface import default_checks
+from tern.verify.probes import probe_checks
 from tern.verify.replay_functions import replay_function_case
 from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
@@ -118,18 +120,19 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                 def apply(params, floats):
                     call_args, call_kwargs = call_inputs(floats, rest)
                     out = module.apply({**others, "params": params}, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
-                    out = out[0] if mutable else out
+                    out, updates = out if mutable else (out, {})
                     outs = jax.tree_util.tree_leaves(out)
                     loss = sum((jnp.sum(o.astype(dtype) * c.astype(dtype)) for o, c in zip(outs, cots) if c is not None),
                                jnp.zeros((), dtype))
-                    return loss, out
+                    return loss, (out, updates)
 
                 return jax.value_and_grad(apply, argnums=(0, 1), has_aux=True)(params, floats)
             return jax.jit(loss_and_outputs)
 
         resident = _reset_peak_memory()
+        narrow_step = step_in(jnp.float32)
         with _modules_run() as ran:
-            (_, outputs), (grad_params, grad_inputs) = step_in(jnp.float32)(variables, floats, rest)
+            (_, (outputs, updates)), (grad_params, grad_inputs) = narrow_step(variables, floats, rest)
         result["ran"] = sorted(ran)
         wide_needs = resident + 2 * (_peak_memory() - resident)  # float64 doubles what the float32 call took
         want_paths = array_paths(meta["outputs"])
@@ -139,6 +142,8 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                     "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
         values, problems = _compared_values(meta, arrays, want_paths, got_leaves, grad_params, grad_inputs, init,
                                             any(c is not None for c in cots))
+        if meta.get("state_units"):
+            result["state"] = _state_checks(meta, arrays, init, updates, tolerance)
         checks = [compare(name, got, want, tolerance) for name, got, want in values]
         values_only = not problems and not all(c["ok"] for c in checks) and all("max_abs" in c for c in checks)
         if values_only and wide_needs > 0.9 * memory_mb:
@@ -149,7 +154,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
             jax.clear_caches()  # the float32 executables: a deep model's two compilations need not coexist
             with jax.enable_x64(True):
                 wide = jax.tree_util.tree_map(_float64, (variables, floats))
-                (_, outputs), (grad_params, grad_inputs) = step_in(jnp.float64)(*wide, rest)
+                (_, (outputs, _)), (grad_params, grad_inputs) = step_in(jnp.float64)(*wide, rest)
                 wide_values, _ = _compared_values(meta, arrays, want_paths, jax.tree_util.tree_leaves(outputs),
                                                   grad_params, grad_inputs, init, any(c is not None for c in cots))
                 keras64 = _keras_float64(reference, name, want_paths, outputs, grad_params, grad_inputs, init, cots)
@@ -164,7 +169,11 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
             sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
             result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
                                                      "(sampled): not compared, the call's other outputs are"]))
-        compared = checks + problems
+        if meta.get("defaults"):
+            result["interface"] = default_checks(module, meta["defaults"])
+        if meta.get("probes"):
+            result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, tolerance)
+        compared = checks + problems + result.get("probes", []) + result.get("state", []) + result.get("interface", [])
         result["status"] = Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH
         return result
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
@@ -178,6 +187,45 @@ def _without_jax_notice(text: str) -> str:
     """A traceback without JAX's closing note on filtered frames (it would end the message)."""
     at = text.find(_JAX_NOTICE)
     return text if at < 0 else text[:at].rstrip() + "\n"
+
+
+def _state_checks(meta: dict, arrays: Any, init: Any, updates: Any, tolerance: dict | None) -> list[dict]:
+    """The variables a training call updated (moving statistics, counters), as Keras left them
+    after the call, against the collections the Flax call returned: a wrong momentum shows
+    only in the next inference call, which the tests may never make."""
+    units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["state_units"]]
+    want, problems = graft(init, units)
+    if problems:
+        return [{"name": "state after the call", "ok": False, "problem": "; ".join(problems)}]
+    want_flat = flatten(want)
+    checks = []
+    for collection, tree in dict(updates).items():
+        if collection == "params" or collection in DERIVED:
+            continue
+        for key, got in flatten({collection: dict(tree)}).items():
+            if key in want_flat:
+                checks.append(compare("state " + "/".join(key), np.asarray(got), want_flat[key], tolerance))
+    return checks
+
+
+def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: Any, rest: list,
+           tolerance: dict | None) -> list[dict]:
+    """The case's probes beyond the test's inputs (``probes.py``), through the same jitted
+    step as the case (one compilation: the probes keep the inputs' shapes and dtypes)."""
+    import jax
+    import jax.numpy as jnp
+
+    def run32(floats):
+        (_, (outputs, _)), _ = narrow_step(variables, [jnp.asarray(a) for a in floats], rest)
+        return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
+
+    def run64(floats):
+        with jax.enable_x64(True):
+            wide_variables, wide_floats = jax.tree_util.tree_map(_float64, (variables, [jnp.asarray(a) for a in floats]))
+            (_, (outputs, _)), _ = step_in(jnp.float64)(wide_variables, wide_floats, rest)
+            return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
+
+    return probe_checks(meta["probes"], arrays, run32, run64, tolerance)
 
 
 def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: Any, inputs: tuple, rngs: dict,

@@ -24,6 +24,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, unpack
+from tern.verify.probes import probe_checks
 from tern.verify.tolerance import compare
 
 
@@ -49,6 +50,27 @@ def _needs_key(meta: dict, arrays: Any) -> bool:
     _, kwargs = unpack(meta["inputs"], arrays)
     return (parameter is not None and parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty
             and "key" not in kwargs)
+
+
+def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> list[dict]:
+    """The function's probes beyond the test's arguments (``probes.py``): each probe's moved
+    float arguments in place of the recorded ones."""
+    import jax
+
+    def run(floats: list) -> list:
+        moved = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+        for at, array in zip(probe["float_at"], floats):
+            moved[f"a{at}"] = np.asarray(array)
+        return [np.asarray(leaf) for leaf in _call(meta, moved, key)]
+
+    def run64(floats: list) -> list:
+        with jax.enable_x64(True):
+            return run([np.asarray(f, np.float64) for f in floats])
+
+    checks = []
+    for probe in meta["probes"]:
+        checks.extend(probe_checks([probe], arrays, run, run64, tolerance))
+    return checks
 
 
 def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
@@ -80,6 +102,9 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
                 checks = [check if check["ok"] else {**compare(path, np.asarray(value), arrays[f"a{index}"], tolerance),
                                                      "note": "float64 arguments: compared from a call with x64 on"}
                           for check, (path, index), value in zip(checks, want, wide)]
-        return {**result, "outputs": checks, "gradients": [], "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
+        if meta.get("probes"):
+            result["probes"] = _probe(meta, arrays, key, tolerance)
+        compared = checks + result.get("probes", [])
+        return {**result, "outputs": checks, "gradients": [], "status": Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH}
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
         return {**result, "status": Status.ERROR, "message": traceback.format_exc(limit=6)[-2000:]}

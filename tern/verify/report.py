@@ -58,6 +58,11 @@ class ModuleRow:
     #: test files owned by no module that import this one (``test_metrics.py`` importing
     #: ``f1_score``): with nothing of its own compared, the module takes their outcome
     covered_by: list[str] = field(default_factory=list)
+    #: the judged value farthest from Keras on inputs beyond the tests' (``probes.py``): its
+    #: case, name (``output @ probe``), errors and the share of its tolerance it used
+    probe_worst: dict | None = None
+    probes_judged: int = 0
+    probes_not_judged: int = 0
 
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total + self.train_total
@@ -136,21 +141,22 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
             row.details["import"] = {"trace": value["import_error"]}
         for case in value.get("cases", []):
             row.cases_total += 1
-            checks = case.get("outputs", []) + case.get("gradients", [])
+            checks = case.get("outputs", []) + case.get("gradients", []) + case.get("state", []) + case.get("interface", [])
+            probes = case.get("probes", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
-                              "compared": [{k: c[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem")
-                                           if k in c}
-                                           for c in checks],
+                              "compared": [_summary(c) for c in checks],
+                              **({"probes": [_summary(c) for c in probes]} if probes else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
                     row.max_rel = max(row.max_rel or 0.0, check["max_rel"])
+            _note_probes(row, case, probes)
             if case["status"] == Status.MATCH:
                 row.cases_matched += 1
             elif case["status"] == Status.MISMATCH:
-                bad = next((c for c in checks if not c["ok"]), None)
+                bad = next((c for c in checks + probes if not c["ok"]), None)
                 where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))) if bad else case.get("message", "")
                 row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}"
                                     + (f"; {case['note']}" if case.get("note") else ""))
@@ -250,6 +256,31 @@ def _cover_by_tests(rows: dict[str, "ModuleRow"], tests: dict[str, JobAnswer]) -
 def _last_line(text: str) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _summary(check: dict) -> dict:
+    return {k: check[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem", "not_judged")
+            if k in check}
+
+
+def probe_worst(checks: list[dict]) -> dict | None:
+    """The judged probe value nearest to failing (the largest share of its tolerance used, a
+    failed one first): the "largest error found beyond the tests' inputs"."""
+    judged = [c for c in checks if "used" in c and "not_judged" not in c]
+    return max(judged, key=lambda c: (not c["ok"], c["used"]), default=None)
+
+
+def _note_probes(row: ModuleRow, case: dict, probes: list[dict]) -> None:
+    """Count a case's probe values and keep the module's worst judged one."""
+    judged = [c for c in probes if "not_judged" not in c]
+    row.probes_judged += len(judged)
+    row.probes_not_judged += len(probes) - len(judged)
+    worst = probe_worst(judged)
+    if worst is None or "used" not in worst:
+        return
+    if row.probe_worst is None or (not worst["ok"], worst["used"]) > (not row.probe_worst["ok"], row.probe_worst["used"]):
+        row.probe_worst = {"target": case["target"], "case": case["id"], "name": worst["name"], "ok": worst["ok"],
+                           "max_abs": worst["max_abs"], "max_rel": worst["max_rel"], "used": worst["used"]}
 
 
 def problem_lines(report: PackageReport) -> list[str]:

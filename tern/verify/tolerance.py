@@ -48,4 +48,5 @@ def compare(name: str, got: Any, want: np.ndarray, tolerance: dict | None, round
     max_rel = float((diff[finite] / np.maximum(np.abs(b[finite]), np.finfo(np.float32).tiny)).max()) if finite.any() else 0.0
     bound = tol["atol"] + tol["rtol"] * np.abs(b[finite]) + ROUNDING_FACTOR * rounding
     ok = bool(same_nonfinite and np.all(diff[finite] <= bound))
-    return {"name": name, "ok": ok, "max_abs": max_abs, "max_rel": max_rel, **tol}
+    used = float((diff[finite] / bound).max()) if finite.any() else 0.0  # 1.0: at the tolerance's edge
+    return {"name": name, "ok": ok, "max_abs": max_abs, "max_rel": max_rel, "used": used, **tol}
