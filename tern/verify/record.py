@@ -291,9 +291,11 @@ class Recorder:
         variables = list(layer.variables)
         saved = [np.array(v.numpy()) for v in variables]
         found = []
+        ran = False
         self.replaying = True
         try:
             for name, floats in probe_inputs([_as_np(flat_in[i]) for i in positions]):
+                ran = True
                 leaves = list(flat_in)
                 for i, array in zip(positions, floats):
                     leaves[i] = tf.constant(array)
@@ -308,6 +310,14 @@ class Recorder:
                 compared = judged_leaves(tf.nest.flatten(out), set())
                 if compared:
                     found.append((name, floats, out, compared))
+            if ran:
+                # the layer's last call was a probe's: its ``losses`` (``add_loss`` terms, activity
+                # regularizers) are the probe's. Called again on the test's inputs, it holds the test's.
+                try:
+                    call(layer, *args, **kwargs)
+                finally:
+                    for v, value in zip(variables, saved):
+                        v.assign(value)
         finally:
             self.replaying = False
         return found
