@@ -9,8 +9,10 @@ and ``__call__`` defaults of the same names (JAX side, ``default_checks``).
 
 Compared only where both are plain values of one kind (numbers, booleans, strings up to
 case, ``None``, tuples of them): a Keras string the translation turned into a function
-(``kernel_initializer="glorot_uniform"``), or ``training=None`` become ``False``, is a
-translation's choice, not a difference.
+(``kernel_initializer="glorot_uniform"``) is a translation's choice, not a difference.
+Keras's ``training=None`` (no training context: inference) is Flax's ``False``.
+
+Package functions the tests call are compared the same way, on their own signature.
 """
 
 from __future__ import annotations
@@ -65,19 +67,33 @@ def _same(keras: Any, flax: Any) -> bool | None:
     return None
 
 
-def default_checks(module: Any, recorded: dict[str, dict[str, Any]]) -> list[dict]:
-    """JAX side: one check per default both sides have as plain values of one kind."""
-    fields = {f.name: f.default for f in dataclasses.fields(type(module)) if f.default is not dataclasses.MISSING}
+def function_defaults(fn: Any) -> dict[str, dict[str, Any]]:
+    """TF side: the plain defaults of a package function."""
+    return {"call": _defaults(fn)}
+
+
+def _signature_defaults(fn: Any) -> dict[str, Any]:
     try:
-        call = {name: p.default for name, p in inspect.signature(type(module).__call__).parameters.items()
-                if p.default is not p.empty}
+        return {name: p.default for name, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
     except (TypeError, ValueError):
-        call = {}
+        return {}
+
+
+def default_checks(module: Any, recorded: dict[str, dict[str, Any]]) -> list[dict]:
+    """JAX side: one check per default both sides have as plain values of one kind; ``module``
+    a Flax module (its fields and ``__call__``) or a translated function."""
+    if inspect.isfunction(module) or not dataclasses.is_dataclass(module):
+        fields, call = {}, _signature_defaults(module)
+    else:
+        fields = {f.name: f.default for f in dataclasses.fields(type(module)) if f.default is not dataclasses.MISSING}
+        call = _signature_defaults(type(module).__call__)
     checks = []
     for where, theirs in (("constructor", fields), ("call", call)):
         for name, keras in recorded.get("init" if where == "constructor" else "call", {}).items():
             if name not in theirs or name in SKIPPED or not _plain(theirs[name]):
                 continue
+            if name == "training" and keras is None:
+                keras = False  # Keras's "not in a training context" is inference, Flax's False
             same = _same(keras, theirs[name])
             if same is None:
                 continue

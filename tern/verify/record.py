@@ -32,6 +32,7 @@ import numpy as np
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
+from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
@@ -73,6 +74,7 @@ class Recorder:
         self.seen: set[str] = set()
         self.depth = 0
         self.other_mode: set[str] = set()  # targets also recorded in the mode their tests did not use
+        self.draw_tape = DrawTape()  # installed around the tests (``record_tests``): idle unless a rerun records
         self.probed: set[tuple[str, bool]] = set()  # (target, training) already probed beyond its inputs
         self.probed_functions: set[str] = set()  # package functions already probed
         self.function_depth = 0  # inside a package function's call: its own calls are covered by it
@@ -212,8 +214,12 @@ class Recorder:
         self.seen.add(signature)
         case = self._rerun(call, layer, args, kwargs)
         if isinstance(case, str):
-            return None if other_mode_of is not None else self.skip(origin, case)
-        if other_mode_of is not None and _same_outputs(case["outputs"], other_mode_of):
+            if other_mode_of is None:
+                self.skip(origin, case)
+                # a random call in training mode: its inference mode may be reproducible
+                self._record_other_mode(call, layer, origin, args, kwargs, _NOT_RECORDED)
+            return None
+        if other_mode_of is not None and other_mode_of is not _NOT_RECORDED and _same_outputs(case["outputs"], other_mode_of):
             return None  # the mode changes nothing here: the test's own case says it all
         probes = self._probe(call, layer, target, args, kwargs, case)
         units_meta, unit_arrays = _pack_units(layer, None)
@@ -246,6 +252,7 @@ class Recorder:
                 "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__,
                 **({"stochastic": case["stochastic"]} if case["stochastic"] else {}),
                 **({"probes": probes} if probes else {}), **({"state_units": state_units} if state_units else {}),
+                **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
                 "defaults": keras_defaults(layer, origin)}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
@@ -280,7 +287,7 @@ class Recorder:
         after each run, as after the recorded ones."""
         tf = _tf()
         mode = (target, bool(kwargs.get("training")))
-        if case["stochastic"] or mode in self.probed:
+        if case["stochastic"] or case["draws"] or mode in self.probed:
             return []
         self.probed.add(mode)
         flat_in = tf.nest.flatten([list(args), dict(kwargs)])
@@ -323,59 +330,76 @@ class Recorder:
         return found
 
     def _rerun(self, call: Any, layer: Any, args: tuple, kwargs: dict) -> dict | str:
-        """Outputs, cotangents and gradients from two fresh runs; a reason string when
-        the call is not reproducible. When some outputs agree between the runs and others
-        do not (a VAE's KL term beside its sampled reconstruction), a third run takes the
-        gradients of the reproducible ones alone, and the others are listed as
-        ``stochastic`` (positions among the output leaves): not compared, no cotangent."""
+        """Outputs, cotangents and gradients from fresh runs; a reason string when the call
+        is not reproducible. Two runs that differ (a sampled ``z``, dropout in training) are
+        run again with the first run's random draws handed back to TF (``draws.py``): when
+        that reproduces the first run, the case keeps its draws, which the replay injects
+        into the translation, and everything is compared. Otherwise, when some outputs
+        agree between the runs and others do not (a VAE's KL term beside its sampled
+        reconstruction), a third run takes the gradients of the reproducible ones alone,
+        and the others are listed as ``stochastic`` (positions among the output leaves):
+        not compared, no cotangent."""
         tf = _tf()
         variables = list(layer.variables)
         saved = [np.array(v.numpy()) for v in variables]
         flat_in = tf.nest.flatten([list(args), dict(kwargs)])
         arrays = {i: _as_np(x) for i, x in enumerate(flat_in) if isinstance(x, np.ndarray) or to_numpy(x) is not None}
         float_positions = [i for i, array in arrays.items() if array.dtype.kind == "f"]
+        watched = {i: tf.constant(arrays[i]) for i in float_positions}
+
+        def run(keep: list[bool] | None, with_grads: bool) -> tuple:
+            leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
+            call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+            with tf.GradientTape(persistent=False) as tape:
+                for t in watched.values():
+                    tape.watch(t)
+                out = call(layer, *call_args, **call_kwargs)
+                out_leaves = tf.nest.flatten(out)
+                cot = _cotangents(out_leaves)
+                if keep is not None:
+                    cot = [c if kept else None for c, kept in zip(cot, keep)]
+                loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(out_leaves, cot)
+                                 if c is not None] or [tf.constant(0.0)])
+            trainable = list(layer.trainable_variables)
+            sources = [watched[i] for i in float_positions] + trainable
+            grads = tape.gradient(loss, sources) if with_grads else None
+            return tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable
+
+        def restore(advance_rng: bool = False) -> None:
+            for v, value in zip(variables, saved):
+                if not (advance_rng and "seed_generator" in variable_path(v)):  # let RNG state advance
+                    v.assign(value)
+
         self.replaying = True
-        keep: list[bool] | None = None  # per output leaf: reproducible (None: all are)
-        updated: dict[int, np.ndarray] = {}  # non-trainable variables the call changed: their values after it
+        draws: list = []
         try:
-            watched = {i: tf.constant(arrays[i]) for i in float_positions}
-            runs = []
-            for attempt in range(3):
-                leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
-                call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
-                with tf.GradientTape(persistent=False) as tape:
-                    for t in watched.values():
-                        tape.watch(t)
-                    out = call(layer, *call_args, **call_kwargs)
-                    out_leaves = tf.nest.flatten(out)
-                    cot = _cotangents(out_leaves)
-                    if keep is not None:
-                        cot = [c if kept else None for c, kept in zip(cot, keep)]
-                    loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32) * c) for o, c in zip(out_leaves, cot)
-                                     if c is not None] or [tf.constant(0.0)])
-                trainable = list(layer.trainable_variables)
-                sources = [watched[i] for i in float_positions] + trainable
-                grads = tape.gradient(loss, sources) if attempt != 1 else None
-                runs.append((tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable))
-                if attempt == 0:
-                    updated = {id(v): np.array(v.numpy()) for v, value in zip(variables, saved)
-                               if not v.trainable and "seed_generator" not in variable_path(v)
-                               and not np.array_equal(v.numpy(), value)}
-                for v, value in zip(variables, saved):
-                    if attempt >= 1 or "seed_generator" not in variable_path(v):  # let RNG state advance
-                        v.assign(value)
-                if attempt == 1:
-                    first, second = tf.nest.flatten(runs[0][0]), tf.nest.flatten(runs[1][0])
-                    same = [np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)]
-                    if len(first) != len(second) or not any(same):
-                        return "stochastic: two runs on the same inputs and weights differ"
-                    if all(same):
-                        break
-                    keep = same
+            with self.draw_tape.recording():
+                first = run(None, True)
+            first_draws, other_draws = list(self.draw_tape.draws), self.draw_tape.other
+            updated = {id(v): np.array(v.numpy()) for v, value in zip(variables, saved)
+                       if not v.trainable and "seed_generator" not in variable_path(v)
+                       and not np.array_equal(v.numpy(), value)}  # what the call left: moving statistics
+            restore(advance_rng=True)
+            second = run(None, False)
+            restore()
+            left, right = tf.nest.flatten(first[0]), tf.nest.flatten(second[0])
+            same = [np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True) for a, b in zip(left, right)]
+            chosen, keep = first, None
+            # a call that drew is recorded with its draws even when both runs agreed (an RNG
+            # state restored between them): the translation draws from its own key otherwise
+            again = self._with_draws(run, restore, first, first_draws, other_draws) if first_draws else None
+            if again is not None:
+                chosen, draws = again, first_draws
+            elif len(left) != len(right) or not all(same):
+                if len(left) != len(right) or not any(same):
+                    return "stochastic: two runs on the same inputs and weights differ"
+                keep = same
+                chosen = run(keep, True)
+                restore()
+                updated = {}
         finally:
             self.replaying = False
-        out0 = runs[0][0]
-        _, cot, grads, trainable = runs[2] if keep is not None else runs[0]
+        _, cot, grads, trainable = chosen
         n_in = len(float_positions)
         # embedding gradients come as IndexedSlices: densify before converting
         dense = [None if g is None else np.asarray(tf.convert_to_tensor(g)) for g in grads]
@@ -383,13 +407,33 @@ class Recorder:
         grads_by_id = {id(v): g for v, g in zip(trainable, dense[n_in:]) if g is not None}
         # Positions among the non-None leaves: JAX's tree flattening drops None, tf.nest keeps it.
         present = [i for i, x in enumerate(flat_in) if x is not None]
-        return {"outputs": out0, "cotangents": [None if c is None else np.asarray(c) for c in cot],
+        return {"outputs": first[0], "cotangents": [None if c is None else np.asarray(c) for c in cot],
                 "input_grads": input_grads, "float_inputs": [present.index(i) for i in float_positions],
                 "grads_by_id": grads_by_id, "stochastic": [i for i, kept in enumerate(keep or []) if not kept],
-                "updated": updated if keep is None else {}}
+                "updated": updated, "draws": draws,
+                # without the draws, which outputs depend on them: those that differed between the two
+                # runs, or all of them when both runs drew alike (an RNG state restored between them)
+                "sampled": ([i for i, kept in enumerate(same) if not kept] if not all(same) else list(range(len(same))))
+                           if draws else []}
+
+    def _with_draws(self, run: Any, restore: Any, first: tuple, draws: list, other: int) -> tuple | None:
+        """The call once more with ``draws`` (the first run's) handed back to TF, under a
+        gradient tape: its run when that reproduces the first run's outputs, else None
+        (draws of kinds tern cannot inject, or randomness that is not TF's samplers)."""
+        if not draws or other:
+            return None
+        try:
+            with self.draw_tape.replaying(draws):
+                again = run(None, True)
+        except DrawsDoNotLineUp:
+            return None
+        finally:
+            restore()
+        return again if _same_outputs(again[0], first[0]) else None
 
 
 _MISSING = object()
+_NOT_RECORDED = object()  # the test's own call gave no case: nothing to tell the other mode from
 
 
 def _same_outputs(a: Any, b: Any) -> bool:
@@ -472,13 +516,22 @@ def is_test_file(path: Path) -> bool:
 
 
 def layer_bases(keras_flavour: str) -> list[type]:
-    if keras_flavour == "tf_keras":
+    """The Keras layer bases whose calls are recorded: the configured Keras's, and legacy
+    Keras 2's too when the package imported ``tf_keras`` itself (a Keras 3 project whose
+    random layers subclass ``tf_keras`` bases)."""
+    import sys
+
+    if keras_flavour == "tf_keras" or "tf_keras" in sys.modules:
         import tf_keras
 
-        return [tf_keras.layers.Layer, tf_keras.Model]
+        legacy = [tf_keras.layers.Layer, tf_keras.Model]
+        if keras_flavour == "tf_keras":
+            return legacy
+    else:
+        legacy = []
     import keras
 
-    return [keras.layers.Layer]
+    return [keras.layers.Layer, *legacy]
 
 
 def record_tests(payload: dict, scratch: Path) -> dict:
@@ -500,9 +553,11 @@ def record_tests(payload: dict, scratch: Path) -> dict:
     steps = StepRecorder(out, payload.get("train_steps", 3), payload.get("max_per_target", 3))
     steps.install(modules)
     try:
-        for case in payload.get("config_cases", []):
-            _run_config_case(case, recorder)
-        tests = run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch) if payload.get("tests") else {}
+        with recorder.draw_tape.installed():
+            for case in payload.get("config_cases", []):
+                _run_config_case(case, recorder)
+            tests = (run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch)
+                     if payload.get("tests") else {})
     finally:
         steps.close()
         recorder.close()

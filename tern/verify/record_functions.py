@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from tern.verify.arrays import Unpackable, pack, unpack, write_case
+from tern.verify.draws import pack_draws
+from tern.verify.interface import function_defaults
 from tern.verify.probes import judged_leaves, probe_inputs
 
 
@@ -56,6 +58,30 @@ def _result_leaves(result: Any) -> list[np.ndarray] | None:
 def _as_arrays(result: Any) -> Any:
     tf = _tf()
     return tf.nest.map_structure(lambda leaf: np.asarray(leaf.numpy()) if isinstance(leaf, tf.Tensor) else leaf, result)
+
+
+def _with_draws(recorder: Any, fn: Any, args: tuple, kwargs: dict) -> tuple[Any, list] | None:
+    """A function whose two calls differ, called once recording its random draws and once
+    with them handed back (``draws.py``): its result and draws when the two agree."""
+    tape = recorder.draw_tape
+    recorder.replaying = True
+    try:
+        with tape.recording():
+            result = fn(*args, **kwargs)
+        draws, other = list(tape.draws), tape.other
+        if not draws or other:
+            return None
+        with tape.replaying(draws):
+            again = fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - DrawsDoNotLineUp, or the function refused a second call
+        return None
+    finally:
+        recorder.replaying = False
+    first, second = _result_leaves(result), _result_leaves(again)
+    if first is None or second is None or len(first) != len(second) or not all(
+            a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)):
+        return None
+    return result, draws
 
 
 def _probe(recorder: Any, fn: Any, inputs: Any, arrays: list[np.ndarray]) -> list[tuple]:
@@ -115,19 +141,24 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
         again = None
     finally:
         recorder.replaying = False
+    draws: list = []
     if again is None or len(again) != len(first) or not all(
             a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again)):
-        recorder.skip(origin, "stochastic: two calls on the same arguments differ")
-        return
+        drawn = _with_draws(recorder, fn, args, kwargs)
+        if drawn is None:
+            recorder.skip(origin, "stochastic: two calls on the same arguments differ")
+            return
+        result, draws = drawn
     first_call = target not in recorder.probed_functions
     recorder.probed_functions.add(target)
-    probes = _probe(recorder, fn, inputs, arrays) if first_call else []
+    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws else []
     outputs = pack(_as_arrays(result), arrays)
     probes = [{"name": probe, "inputs": pack(floats, arrays), "outputs": pack(_as_arrays(out), arrays),
                "compared": compared, "float_at": float_at} for probe, float_at, floats, out, compared in probes]
     ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
     meta = {"id": ident, "kind": "function", "target": target, "origin": origin, "inputs": inputs,
-            "outputs": outputs, "layer": name, **({"probes": probes} if probes else {})}
+            "outputs": outputs, "layer": name, **({"probes": probes} if probes else {}),
+            **({"draws": pack_draws(draws, arrays)} if draws else {}), "defaults": function_defaults(fn)}
     write_case(recorder.out, ident, meta, arrays)
     recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
     recorder.cases.append({"id": ident, "target": target})

@@ -36,6 +36,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, build, read_case, unpack
+from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
@@ -63,13 +64,46 @@ def call_kwargs(module: Any, kwargs: dict) -> dict:
 
 def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: int = 6144,
                 reference: Path | None = None) -> dict:
-    import jax
-    import jax.numpy as jnp
-
     meta, arrays = read_case(directory, name)
     if meta.get("kind") == "function":
         return replay_function_case(meta, arrays, tolerance)
+    if not meta.get("draws"):
+        return _replay_layer(meta, arrays, name, tolerance, memory_mb, reference)
+    import jax
+
+    # Jitted functions inside the translation trace once per shape: cleared before, so they
+    # trace again with the draws injected, and after, so no later call reuses those draws.
+    jax.clear_caches()
+    try:
+        return _replay_layer(meta, arrays, name, tolerance, memory_mb, reference)
+    except DrawsDoNotLineUp as exc:
+        jax.clear_caches()
+        return _without_draws(meta, arrays, name, tolerance, memory_mb, str(exc))
+    finally:
+        jax.clear_caches()
+
+
+def _without_draws(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int, reason: str) -> dict:
+    """A case whose draws the translation does not take as Keras made them: its outputs that
+    do not depend on the draws are compared (no gradients: Keras's were taken through all
+    outputs); with none, the case is not compared, and says why."""
+    sampled = meta.get("sampled", [])
+    note = f"random draws not injected ({reason})"
+    if len(sampled) >= len(array_paths(meta["outputs"])):
+        return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
+                "outputs": [], "gradients": [], "note": note + ": every output depends on them, nothing compared"}
+    bare = {**meta, "draws": [], "stochastic": sampled, "cotangents": [None] * len(meta["cotangents"])}
+    result = _replay_layer(bare, arrays, name, tolerance, memory_mb, None)
+    return {**result, "note": "; ".join(filter(None, [note, result.get("note")]))}
+
+
+def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,
+                  reference: Path | None) -> dict:
+    import jax
+    import jax.numpy as jnp
+
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
+    injector = Injector(meta["draws"], arrays) if meta.get("draws") else None
     try:
         module = build(meta["origin"], arrays)
         args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
@@ -103,7 +137,8 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
             # Data-dependent shapes cannot be traced, and a traced call also runs code that eager
             # TF never reached (both branches of a tf.cond guarding an empty tensor); a
             # translation that is wrong fails the eager call as well.
-            return _replay_eagerly(result, meta, arrays, module, init_fn(floats, rest), call_inputs(floats, rest), rngs, tolerance)
+            return _replay_eagerly(result, meta, arrays, module, init_fn(floats, rest), call_inputs(floats, rest), rngs,
+                                   tolerance, injector)
         init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
         units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
         variables, problems = graft(init, units)
@@ -119,7 +154,9 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
 
                 def apply(params, floats):
                     call_args, call_kwargs = call_inputs(floats, rest)
-                    out = module.apply({**others, "params": params}, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+                    with injector.injected() if injector else contextlib.nullcontext():
+                        out = module.apply({**others, "params": params}, *call_args, rngs=rngs, mutable=mutable,
+                                           **call_kwargs)
                     out, updates = out if mutable else (out, {})
                     outs = jax.tree_util.tree_leaves(out)
                     loss = sum((jnp.sum(o.astype(dtype) * c.astype(dtype)) for o, c in zip(outs, cots) if c is not None),
@@ -160,11 +197,14 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
                 keras64 = _keras_float64(reference, name, want_paths, outputs, grad_params, grad_inputs, init, cots)
             checks = [check if check["ok"] else against_float64(check, value, value64[1], tolerance, keras64.get(value[0]))
                       for check, value, value64 in zip(checks, values, wide_values)]
-            if reference is None and not all(c["ok"] for c in checks):
+            if reference is None and not injector and not all(c["ok"] for c in checks):
                 result["wants_reference"] = True  # a Keras float64 run may settle it (``reference.py``)
         compared_outputs = len(want_paths) - len(meta.get("stochastic", []))
         result["outputs"] = checks[:compared_outputs]
         result["gradients"] = checks[compared_outputs:] + problems
+        if injector:
+            result["note"] = "; ".join(filter(None, [result.get("note"), f"Keras's {len(injector.draws)} random draws "
+                                                     "injected into the translation: every output compared"]))
         if meta.get("stochastic"):
             sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
             result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
@@ -176,6 +216,8 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
         compared = checks + problems + result.get("probes", []) + result.get("state", []) + result.get("interface", [])
         result["status"] = Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH
         return result
+    except DrawsDoNotLineUp:
+        raise
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
         return {**result, "status": Status.ERROR, "message": _without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
 
@@ -229,7 +271,7 @@ def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: A
 
 
 def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: Any, inputs: tuple, rngs: dict,
-                    tolerance: dict | None) -> dict:
+                    tolerance: dict | None, injector: Injector | None) -> dict:
     """A layer whose output shape depends on the data (boolean masks, ``argwhere``) cannot
     be traced: its outputs are compared from an eager call, and its gradients are not
     compared (said so in the result, never counted as agreeing)."""
@@ -242,7 +284,8 @@ def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: An
     call_args, call_kwargs = inputs
     training = bool(call_kwargs.get("training"))
     mutable = [c for c in variables if c != "params"] if training else False
-    out = module.apply(variables, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+    with injector.injected() if injector else contextlib.nullcontext():
+        out = module.apply(variables, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
     out = out[0] if mutable else out
     want_paths = array_paths(meta["outputs"])
     got_leaves = jax.tree_util.tree_leaves(out)

@@ -24,6 +24,8 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, unpack
+from tern.verify.draws import DrawsDoNotLineUp, Injector
+from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
 from tern.verify.tolerance import compare
 
@@ -74,6 +76,34 @@ def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> 
 
 
 def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
+    if not meta.get("draws"):
+        return _replay_function(meta, arrays, tolerance)
+    import jax
+
+    injector = Injector(meta["draws"], arrays)
+    jax.clear_caches()  # a jitted translation traces again, with the draws: and no later call keeps them
+    try:
+        with jax.disable_jit(), injector.injected():
+            got = _call(meta, arrays, 0 if _needs_key(meta, arrays) else None)
+    except DrawsDoNotLineUp as exc:
+        return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
+                "outputs": [], "gradients": [], "note": f"a drawing function whose draws were not injected: {exc}"}
+    except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
+        return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.ERROR,
+                "message": traceback.format_exc(limit=6)[-2000:]}
+    finally:
+        jax.clear_caches()
+    want = array_paths(meta["outputs"])
+    if len(got) != len(want):
+        return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.MISMATCH,
+                "outputs": [], "gradients": [], "message": f"{len(got)} outputs, tensorflow gave {len(want)}"}
+    checks = [compare(path, np.asarray(value), arrays[f"a{index}"], tolerance) for (path, index), value in zip(want, got)]
+    return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "outputs": checks, "gradients": [],
+            "note": f"TF's {len(injector.draws)} random draws injected into the translation",
+            "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
+
+
+def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
     import jax
 
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
@@ -104,7 +134,9 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
                           for check, (path, index), value in zip(checks, want, wide)]
         if meta.get("probes"):
             result["probes"] = _probe(meta, arrays, key, tolerance)
-        compared = checks + result.get("probes", [])
+        if meta.get("defaults"):
+            result["interface"] = default_checks(origin_target(meta["origin"]), meta["defaults"])
+        compared = checks + result.get("probes", []) + result.get("interface", [])
         return {**result, "outputs": checks, "gradients": [], "status": Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH}
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
         return {**result, "status": Status.ERROR, "message": traceback.format_exc(limit=6)[-2000:]}

@@ -140,6 +140,10 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
             row.problems.append(f"error: import: {_last_line(value['import_error'])}")
             row.details["import"] = {"trace": value["import_error"]}
         for case in value.get("cases", []):
+            if case["status"] == Status.NOT_COMPARED:  # listed with its reason, neither a pass nor a failure
+                row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"],
+                                  "note": case.get("note", "")})
+                continue
             row.cases_total += 1
             checks = case.get("outputs", []) + case.get("gradients", []) + case.get("state", []) + case.get("interface", [])
             probes = case.get("probes", [])
