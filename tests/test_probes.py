@@ -68,3 +68,16 @@ def test_a_wrong_number_of_outputs_is_a_mismatch():
     probes, arrays = _probe("inputs + 3", [np.ones(2, np.float32)], [np.ones(2, np.float32), np.ones(2, np.float32)])
     checks = probe_checks(probes, arrays, lambda f: [np.ones(2, np.float32)], lambda f: [np.ones(2)], None)
     assert not checks[0]["ok"] and "1 outputs, keras gave 2" in checks[0]["problem"]
+
+
+def test_keras_float64_settles_a_value_keras_rounds_worse_than_the_translation():
+    """Keras's float32 sum lost terms the translation kept (``test_verify_reference.py``):
+    only Keras's own float64 run at the probe tells the right translation from a wrong one."""
+    probes, arrays = _probe("inputs x 100", [np.ones(2, np.float32)], [np.zeros(2, np.float32)])
+    exact = lambda f: [np.full(2, 256.0)]  # noqa: E731 - the translation, float32 and float64 alike
+    right = probe_checks(probes, arrays, exact, exact, None, {"inputs x 100": [np.full(2, 256.0)]})
+    assert right[0]["ok"] and right[0]["keras_float64"]
+    wrong = probe_checks(probes, arrays, exact, exact, None, {"inputs x 100": [np.full(2, 255.0)]})
+    assert not wrong[0]["ok"] and wrong[0]["keras_float64"]
+    unsettled = probe_checks(probes, arrays, exact, exact, None)
+    assert not unsettled[0]["ok"]

@@ -418,6 +418,9 @@ PLANTED = [
     # the same in a package function the tests call, probed beyond its arguments too
     ("mixed_imports", "blocks.py", "jax.lax.rsqrt(mean_square + epsilon)", "(jax.lax.rsqrt(mean_square) + epsilon)",
      "1.0 / jnp.sqrt(mean_square + epsilon)"),
+    # a random layer drawing in inference too: its recorded calls (tf_keras layers) replay with Keras's draws
+    ("random_layers", "layers.py", "if self.rate == 0.0 or not training:", "if self.rate == 0.0 and not training:",
+     "if not training or self.rate == 0.0:"),
     # a constructor default every test passes explicitly: compared with the Keras class's
     ("transformer_encoder", "layers.py", "embed_dim: int = 32", "embed_dim: int = 33", "embed_dim: int = 2 * 16"),
 ]

@@ -64,11 +64,13 @@ def judged_leaves(outputs: list[np.ndarray], left_out: set[int]) -> list[int]:
 
 
 def probe_checks(probes: list[dict], arrays: Any, run32: Callable[[list], list], run64: Callable[[list], list],
-                 tolerance: dict | None) -> list[dict]:
+                 tolerance: dict | None, keras64: dict[str, list] | None = None) -> list[dict]:
     """The translation's outputs at each recorded probe (``run32``/``run64``: float inputs ->
     output leaves, in float32 / float64) against Keras's. A value that fails in float32 is
-    judged again from the float64 run, as a recorded case's is (``replay.against_float64``);
-    one that float32 rounding cannot explain either is a mismatch, named with its probe."""
+    judged again from the float64 run, as a recorded case's is (``replay.against_float64``),
+    and, where the Keras float64 reference ran (``keras64``: probe name -> Keras's float64
+    output leaves), against Keras in float64 too: Keras's own float32 rounding can be the
+    larger one. A value none of these explains is a mismatch, named with its probe."""
     from tern.verify.arrays import array_paths, unpack
 
     checks = []
@@ -84,19 +86,27 @@ def probe_checks(probes: list[dict], arrays: Any, run32: Callable[[list], list],
         found = [compare(name, value, want, tolerance) for name, value, want in values]
         if not all(c["ok"] for c in found):
             wide = run64(floats)
-            found = [check if check["ok"] else _again(check, value, wide[i], tolerance)
+            theirs = (keras64 or {}).get(probe["name"])
+            found = [check if check["ok"] else _again(check, value, wide[i], tolerance,
+                                                      None if theirs is None or i >= len(theirs) else theirs[i])
                      for check, value, i in zip(found, values, probe["compared"])]
         checks.extend(found)
     return checks
 
 
-def _again(check: dict, value: tuple, wide: Any, tolerance: dict | None) -> dict:
+def _again(check: dict, value: tuple, wide: Any, tolerance: dict | None, keras64: Any = None) -> dict:
     name, narrow, want = value
+    narrow_errors = {k: check[k] for k in ("max_abs", "max_rel")}
+    if keras64 is not None:
+        both = compare(name, wide, keras64, tolerance)
+        if both["ok"]:
+            return {**both, "float32": narrow_errors, "keras_float64": True}
     rounding = float(np.max(np.abs(np.asarray(narrow, np.float64) - np.asarray(wide, np.float64)), initial=0.0))
     scale = max(1.0, float(np.max(np.abs(np.asarray(wide, np.float64)), initial=0.0)))
     if rounding > ROUNDING_CEILING * scale:
         return {"name": name, "ok": True, "not_judged": f"ill-conditioned here: the translation's float32 and float64 "
-                f"runs differ by {rounding:.3g}", "float32": {k: check[k] for k in ("max_abs", "max_rel")}}
+                f"runs differ by {rounding:.3g}", "float32": narrow_errors}
     again = compare(name, wide, want, tolerance, rounding=rounding)
-    return {**again, "float32": {k: check[k] for k in ("max_abs", "max_rel")}, "rounding": rounding,
-            "factor": ROUNDING_FACTOR}
+    if keras64 is not None and not again["ok"]:
+        return {**compare(name, wide, keras64, tolerance), "float32": narrow_errors, "keras_float64": True}
+    return {**again, "float32": narrow_errors, "rounding": rounding, "factor": ROUNDING_FACTOR}

@@ -314,7 +314,7 @@ class Recorder:
                 finally:
                     for v, value in zip(variables, saved):
                         v.assign(value)
-                compared = judged_leaves(tf.nest.flatten(out), set())
+                compared = judged_leaves([leaf for leaf in tf.nest.flatten(out) if leaf is not None], set())
                 if compared:
                     found.append((name, floats, out, compared))
             if ran:

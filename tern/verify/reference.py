@@ -117,4 +117,25 @@ def _reference(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
     unit_arrays: list[np.ndarray] = []
     ref_meta["grad_units"] = shift([{**u, "tree": pack(u["tree"], unit_arrays)} for u in units], offset)
     ref_meta["weights_paths"] = [variable_path(v) for v in variables]
-    return ref_meta, ref_arrays + unit_arrays
+    every = ref_arrays + unit_arrays
+    ref_meta["probes"] = _probes(meta, arrays, layer, recorded, flat_in, float_positions, args, kwargs, every)
+    return ref_meta, every
+
+
+def _probes(meta: dict, arrays: Any, layer: Any, recorded: list[np.ndarray], flat_in: list, float_positions: list[int],
+            args: Any, kwargs: Any, every: list[np.ndarray]) -> list[dict]:
+    """The case's probes (``probes.py``) in float64 too, outputs only, each from the recorded
+    weights (a training call may have moved the layer's state)."""
+    import tensorflow as tf
+
+    found = []
+    for probe in meta.get("probes", []):
+        for variable, value in zip(layer.weights, recorded):
+            variable.assign(value.astype(variable.dtype.name if hasattr(variable.dtype, "name") else variable.dtype))
+        leaves = list(flat_in)
+        for i, array in zip(float_positions, unpack(probe["inputs"], arrays, _wide)):
+            leaves[i] = tf.constant(array)
+        call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+        outputs = layer(*call_args, **call_kwargs)
+        found.append({"name": probe["name"], "outputs": pack(tf.nest.map_structure(np.asarray, outputs), every)})
+    return found

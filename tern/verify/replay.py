@@ -212,7 +212,10 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
         if meta.get("defaults"):
             result["interface"] = default_checks(module, meta["defaults"])
         if meta.get("probes"):
-            result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, tolerance)
+            result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, tolerance,
+                                      _keras_probes64(reference, name))
+            if reference is None and not injector and not all(c["ok"] for c in result["probes"]):
+                result["wants_reference"] = True  # Keras's own float32 rounding may be the larger one
         compared = checks + problems + result.get("probes", []) + result.get("state", []) + result.get("interface", [])
         result["status"] = Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH
         return result
@@ -250,8 +253,19 @@ def _state_checks(meta: dict, arrays: Any, init: Any, updates: Any, tolerance: d
     return checks
 
 
+def _keras_probes64(reference: Path | None, name: str) -> dict[str, list] | None:
+    """Keras's float64 outputs at the case's probes, by probe name, if ``reference.py`` made them."""
+    import jax
+
+    if reference is None or not (reference / f"{name}.json").exists():
+        return None
+    meta, arrays = read_case(reference, name)
+    return {probe["name"]: [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(unpack(probe["outputs"], arrays))]
+            for probe in meta.get("probes", [])}
+
+
 def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: Any, rest: list,
-           tolerance: dict | None) -> list[dict]:
+           tolerance: dict | None, keras64: dict[str, list] | None) -> list[dict]:
     """The case's probes beyond the test's inputs (``probes.py``), through the same jitted
     step as the case (one compilation: the probes keep the inputs' shapes and dtypes)."""
     import jax
@@ -267,7 +281,7 @@ def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: A
             (_, (outputs, _)), _ = step_in(jnp.float64)(wide_variables, wide_floats, rest)
             return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
 
-    return probe_checks(meta["probes"], arrays, run32, run64, tolerance)
+    return probe_checks(meta["probes"], arrays, run32, run64, tolerance, keras64)
 
 
 def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: Any, inputs: tuple, rngs: dict,
