@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,9 @@ class Recorder:
             return None
         if other_mode_of is not None and other_mode_of is not _NOT_RECORDED and _same_outputs(case["outputs"], other_mode_of):
             return None  # the mode changes nothing here: the test's own case says it all
+        started = time.perf_counter()
         probes = self._probe(call, layer, target, args, kwargs, case)
+        probe_ms = (time.perf_counter() - started) * 1000
         units_meta, unit_arrays = _pack_units(layer, None)
         grads = case.pop("grads_by_id")
         gunits_meta, gunit_arrays = _pack_units(layer, lambda v: grads.get(id(v), np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype)))
@@ -251,7 +254,8 @@ class Recorder:
                 "cotangents": cotangents, "input_grads": input_grads, "float_inputs": case["float_inputs"],
                 "units": units, "grad_units": grad_units, "weights": weights, "layer": type(layer).__name__,
                 **({"stochastic": case["stochastic"]} if case["stochastic"] else {}),
-                **({"probes": probes} if probes else {}), **({"state_units": state_units} if state_units else {}),
+                **({"probes": probes, "probe_ms": probe_ms} if probes else {}),
+                **({"state_units": state_units} if state_units else {}),
                 **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
                 "defaults": keras_defaults(layer, origin)}
         write_case(self.out, ident, meta, all_arrays)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,11 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
         if meta.get("defaults"):
             result["interface"] = default_checks(module, meta["defaults"])
         if meta.get("probes"):
+            started = time.perf_counter()
             result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, tolerance,
                                       _keras_probes64(reference, name))
+            # what the probes cost, both sides: eval/bench_verify.py and docs/verify.md report it
+            result["probe_ms"] = {"keras": meta.get("probe_ms", 0.0), "jax": (time.perf_counter() - started) * 1000}
             if reference is None and not injector and not all(c["ok"] for c in result["probes"]):
                 result["wants_reference"] = True  # Keras's own float32 rounding may be the larger one
         compared = checks + problems + result.get("probes", []) + result.get("state", []) + result.get("interface", [])

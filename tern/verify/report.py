@@ -149,7 +149,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
             probes = case.get("probes", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
                               "compared": [_summary(c) for c in checks],
-                              **({"probes": [_summary(c) for c in probes]} if probes else {}),
+                              **({"probes": [_summary(c) for c in probes], "probe_ms": case.get("probe_ms")}
+                                 if probes else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
