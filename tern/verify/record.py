@@ -38,6 +38,7 @@ from tern.verify.interface import keras_defaults
 from tern.verify.junit import run_pytest
 from tern.verify.port import keras_units
 from tern.verify.probes import judged_leaves, probe_inputs
+from tern.verify.record_config import compiled_state, record_config_call
 from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
 from tern.weights.port import variable_path
@@ -141,11 +142,18 @@ class Recorder:
 
         def factory(*args, **kwargs):
             outermost = not (recorder.depth or recorder.function_depth or recorder.replaying)
+            before = compiled_state(args, kwargs) if outermost else {}
             recorder.function_depth += 1
             try:
                 result = fn(*args, **kwargs)
             finally:
                 recorder.function_depth -= 1
+            if outermost:
+                try:
+                    record_config_call(recorder, module, name, args, kwargs, result, before)
+                except Exception:  # noqa: BLE001 - a recorder failure must never fail the user's test
+                    recorder.skip({"module": module, "name": name},
+                                  "recorder error: " + traceback.format_exc(limit=2).splitlines()[-1])
             if outermost and not (hasattr(result, "weights") and hasattr(result, "call")):
                 try:
                     record_function_call(recorder, module, name, fn, args, kwargs, result)

@@ -41,6 +41,7 @@ from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
+from tern.verify.replay_config import replay_config_case
 from tern.verify.replay_functions import replay_function_case
 from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
@@ -68,6 +69,8 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     meta, arrays = read_case(directory, name)
     if meta.get("kind") == "function":
         return replay_function_case(meta, arrays, tolerance)
+    if meta.get("kind") == "config":
+        return replay_config_case(meta, arrays, tolerance)
     if not meta.get("draws"):
         return _replay_layer(meta, arrays, name, tolerance, memory_mb, reference)
     import jax

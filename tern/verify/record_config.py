@@ -1,0 +1,259 @@
+"""Record the training configuration a package function makes: optimizers, compiled loss and metrics.
+
+``make_optimizers()`` returns Keras optimizers and ``compile_classifier(model)`` compiles a
+model; neither returns arrays, so neither is a function case (``record_functions.py``), and
+what they configure was only as checked as ``fit`` in the translated tests. A wrong Adam
+epsilon, a bias correction off by one step, a top-k metric's ``k`` went through.
+
+Recorded here, replayed by ``replay_config.py``, value by value:
+- **an optimizer** (returned, or compiled into a model): a fresh copy (``from_config``)
+  applies fixed gradient sequences to a fixed variable, at several gradient scales
+  (``GRADIENT_SCALES``: at 1e-6 Adam's epsilon decides the step), and the variable after
+  every step is kept;
+- **the compiled loss** on fixed targets and predictions;
+- **each compiled metric** (a Keras ``Metric`` object; strings are resolved by Keras from
+  the data, so are not) over two batches, its result after each.
+Targets and predictions are made for the model's output shape: predictions are softmax rows
+(sigmoids for one unit), valid as probabilities and as logits; targets follow the loss's or
+metric's name (sparse labels, one-hot rows, 0/1 values, or reals).
+A model argument is recorded as a marker; the replay hands the translation a stand-in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterator
+
+import numpy as np
+
+from tern.verify.arrays import Unpackable, pack, write_case
+
+#: gradient scales of the optimizer trajectories (one trajectory each, from the same start)
+GRADIENT_SCALES = (1.0, 1e-3, 1e-6)
+#: optimizer steps per trajectory
+STEPS = 4
+#: rows per metric and loss batch
+BATCH = 16
+SEED = 20261203
+MODEL = "__tern_model__"
+
+
+def _keras_root(value: Any) -> str:
+    return type(value).__module__.split(".")[0]
+
+
+def is_keras_optimizer(value: Any) -> bool:
+    return _keras_root(value) in {"keras", "tf_keras"} and any(
+        cls.__name__ in {"Optimizer", "BaseOptimizer"} for cls in type(value).__mro__)
+
+
+def leaves(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """``(path, leaf)`` through lists, tuples and dicts, optimizers (an optax transformation is a
+    tuple) and models kept whole; the same paths on both sides."""
+    if isinstance(value, (list, tuple)) and not (hasattr(value, "init") and hasattr(value, "update")):
+        for i, item in enumerate(value):
+            yield from leaves(item, (*path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, (*path, str(key)))
+    else:
+        yield path, value
+
+
+def compiled_state(args: tuple, kwargs: dict) -> dict[int, int]:
+    """Before the call: each model argument's optimizer (by id), to tell a compile the call did."""
+    return {id(leaf): id(getattr(leaf, "optimizer", None))
+            for _, leaf in leaves([list(args), dict(kwargs)]) if hasattr(leaf, "compile") and hasattr(leaf, "call")}
+
+
+def _trajectories(optimizer: Any, arrays: list[np.ndarray]) -> list[dict]:
+    """The optimizer's fresh copy stepping a (3, 4) variable through ``STEPS`` gradients per scale."""
+    import tensorflow as tf
+
+    fresh = type(optimizer).from_config(optimizer.get_config())
+    rng = np.random.default_rng(SEED)
+    start = rng.standard_normal((3, 4)).astype(np.float32)
+    out = []
+    for scale in GRADIENT_SCALES:
+        copy = type(optimizer).from_config(fresh.get_config())
+        if _keras_root(optimizer) == "keras":
+            import keras
+
+            variable = keras.Variable(start.copy())
+        else:
+            variable = tf.Variable(start.copy())
+        grads, params = [], []
+        for _ in range(STEPS):
+            grad = (scale * rng.standard_normal((3, 4))).astype(np.float32)
+            copy.apply_gradients([(tf.constant(grad), variable)])
+            grads.append(pack(grad, arrays))
+            params.append(pack(np.asarray(variable.numpy()), arrays))
+        out.append({"scale": scale, "start": pack(start, arrays), "grads": grads, "params": params})
+    return out
+
+
+def _name(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return getattr(value, "__name__", "") or type(value).__name__
+
+
+def _targets(name: str, classes: int, rng: np.random.Generator) -> np.ndarray:
+    name = name.lower().replace("_", "")
+    if "sparse" in name:
+        return rng.integers(0, classes, BATCH).astype(np.int32)
+    if classes > 1 and any(k in name for k in ("categorical", "topk", "kldivergence", "kld")):
+        return np.eye(classes, dtype=np.float32)[rng.integers(0, classes, BATCH)]
+    if any(k in name for k in ("binary", "accuracy", "auc", "precision", "recall", "hinge", "iou", "positive",
+                               "negative", "crossentropy")):
+        return rng.integers(0, 2, (BATCH, classes)).astype(np.float32)
+    return rng.standard_normal((BATCH, classes)).astype(np.float32)
+
+
+def _predictions(classes: int, rng: np.random.Generator) -> np.ndarray:
+    logits = 2.0 * rng.standard_normal((BATCH, classes))
+    if classes == 1:
+        return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _output_classes(model: Any) -> int | None:
+    """The model's last output dimension, when it has one symbolic output of rank 2."""
+    try:
+        outputs = model.outputs
+    except Exception:  # noqa: BLE001 - a subclassed model has no symbolic outputs
+        return None
+    if not outputs or len(outputs) != 1 or len(outputs[0].shape) != 2 or outputs[0].shape[-1] is None:
+        return None
+    return int(outputs[0].shape[-1])
+
+
+def _loss_record(model: Any, classes: int, arrays: list[np.ndarray]) -> dict | None:
+    import keras
+
+    loss = model.loss
+    if loss is None or isinstance(loss, (dict, list, tuple)):
+        return None
+    if isinstance(loss, str) or not isinstance(loss, keras.losses.Loss):
+        loss = keras.losses.LossFunctionWrapper(keras.losses.get(loss) if isinstance(loss, str) else loss)
+    rng = np.random.default_rng(SEED + 1)
+    y_true, y_pred = _targets(_name(model.loss), classes, rng), _predictions(classes, rng)
+    value = np.asarray(loss(y_true, y_pred))
+    return {"name": _name(model.loss), "y_true": pack(y_true, arrays), "y_pred": pack(y_pred, arrays),
+            "value": pack(value.astype(np.float32), arrays)}
+
+
+def _metric_records(model: Any, classes: int, arrays: list[np.ndarray]) -> list[dict] | None:
+    compiled = getattr(model, "_compile_metrics", None)
+    metrics = getattr(compiled, "_user_metrics", None)
+    if metrics is None:
+        return None
+    if isinstance(metrics, dict):
+        return None
+    out = []
+    for index, metric in enumerate(metrics):
+        if not hasattr(metric, "update_state") or not hasattr(metric, "get_config"):
+            continue  # a string or a function: Keras resolves it from the data
+        fresh = type(metric).from_config(metric.get_config())
+        rng = np.random.default_rng(SEED + 2 + index)
+        batches = []
+        for _ in range(2):
+            y_true, y_pred = _targets(_name(metric), classes, rng), _predictions(classes, rng)
+            fresh.update_state(y_true, y_pred)
+            batches.append({"y_true": pack(y_true, arrays), "y_pred": pack(y_pred, arrays),
+                            "result": pack(np.asarray(fresh.result()).astype(np.float32), arrays)})
+        out.append({"index": index, "of": len(metrics), "name": getattr(metric, "name", _name(metric)),
+                    "batches": batches})
+    return out
+
+
+def _model_record(model: Any, arrays: list[np.ndarray]) -> dict:
+    record: dict = {"optimizer": _trajectories(model.optimizer, arrays)}
+    classes = _output_classes(model)
+    if classes is None:
+        record["note"] = "loss and metrics not replayed: the model has no single rank-2 symbolic output"
+        return record
+    if _keras_root(model) == "keras":
+        record["loss"] = _loss_record(model, classes, arrays)
+        record["metrics"] = _metric_records(model, classes, arrays)
+    return record
+
+
+def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwargs: dict, result: Any,
+                       before: dict[int, int]) -> None:
+    """After a package function returned: a case when it returned optimizers or compiled a model."""
+    target = f"{module}:{name}"
+    if recorder.per_target.get(target, 0) >= recorder.max_per_target:
+        return
+    called = [list(args), dict(kwargs)]
+    found: list[tuple[list, str, Any]] = []
+    for path, leaf in leaves(called):
+        if hasattr(leaf, "compile") and hasattr(leaf, "call") and getattr(leaf, "optimizer", None) is not None \
+                and id(leaf.optimizer) != before.get(id(leaf)) and is_keras_optimizer(leaf.optimizer):
+            found.append((["call", *path], "model", leaf))
+    for path, leaf in leaves(result):
+        if is_keras_optimizer(leaf):
+            found.append((["result", *path], "optimizer", leaf))
+        elif hasattr(leaf, "compile") and hasattr(leaf, "call") and getattr(leaf, "compiled", False) \
+                and is_keras_optimizer(getattr(leaf, "optimizer", None)) and not any(leaf is f[2] for f in found):
+            found.append((["result", *path], "model", leaf))
+    if not found:
+        return
+    origin = {"kind": "function", "module": module, "name": name}
+    marked = [list(args), dict(kwargs)]
+    models = {id(leaf) for _, kind, leaf in found if kind == "model"}
+    try:
+        inputs = pack(_mark_models(marked, models), arrays := [], _argument)
+    except Unpackable as exc:
+        recorder.skip(origin, f"training configuration not replayed: {exc}")
+        return
+    signature = json.dumps(["config", target, inputs, [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]],
+                           sort_keys=True, default=str)
+    if signature in recorder.seen:
+        return
+    recorder.seen.add(signature)
+    configs = []
+    recorder.replaying = True
+    try:
+        for path, kind, leaf in found:
+            try:
+                if kind == "optimizer":
+                    configs.append({"at": path, "kind": kind, "optimizer": _trajectories(leaf, arrays)})
+                else:
+                    configs.append({"at": path, "kind": kind, **_model_record(leaf, arrays)})
+            except Exception as exc:  # noqa: BLE001 - a configuration Keras cannot copy is not replayed
+                recorder.skip(origin, f"training configuration not replayed: {type(exc).__name__}: {exc}"[:300])
+    finally:
+        recorder.replaying = False
+    if not configs:
+        return
+    ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
+    meta = {"id": ident, "kind": "config", "target": target, "origin": origin, "inputs": inputs, "layer": name,
+            "configs": configs}
+    write_case(recorder.out, ident, meta, arrays)
+    recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
+    recorder.cases.append({"id": ident, "target": target})
+
+
+def _mark_models(value: Any, models: set[int]) -> Any:
+    if id(value) in models:
+        return MODEL
+    if isinstance(value, list):
+        return [_mark_models(v, models) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_mark_models(v, models) for v in value)
+    if isinstance(value, dict):
+        return {k: _mark_models(v, models) for k, v in value.items()}
+    return value
+
+
+def _argument(value: Any) -> np.ndarray | None:
+    import tensorflow as tf
+
+    if isinstance(value, tf.Variable):
+        raise Unpackable("a tf.Variable argument")
+    if isinstance(value, tf.Tensor) and value.dtype != tf.string:
+        return np.asarray(value.numpy())
+    return None
