@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tern.verify.draws import DROPOUT, DrawsDoNotLineUp, DrawTape, Injector, pack_draws
+from tern.verify.draws import DROPOUT, PERMUTATION, DrawsDoNotLineUp, DrawTape, Injector, pack_draws
 
 
 def _injector(draws: list[tuple[str, np.ndarray]]) -> Injector:
@@ -108,7 +108,7 @@ def jax_random():
 def test_draws_tern_cannot_inject_are_counted(tf):
     tape = DrawTape()
     with tape.installed(), tape.recording():
-        tf.random.shuffle(tf.range(5))
+        tf.random.truncated_normal((3,))
         tf.random.uniform((2,), maxval=9, dtype=tf.int32)
     assert tape.other == 2 and tape.draws == []
 
@@ -117,10 +117,42 @@ def test_the_patches_are_undone(tf):
     import jax
     from tensorflow.python.ops import gen_random_ops
 
-    before = (gen_random_ops.random_standard_normal, jax.random.normal)
+    before = (gen_random_ops.random_standard_normal, gen_random_ops.random_shuffle, jax.random.normal,
+              jax.random.permutation)
     tape = DrawTape()
     with tape.installed():
         pass
     with _injector([]).injected():
         pass
-    assert (gen_random_ops.random_standard_normal, jax.random.normal) == before
+    assert (gen_random_ops.random_standard_normal, gen_random_ops.random_shuffle, jax.random.normal,
+            jax.random.permutation) == before
+
+
+def test_a_shuffle_is_recorded_as_its_row_order_and_injected_into_jax_permutation(tf):
+    import jax
+    import jax.numpy as jnp
+
+    rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+    tape = DrawTape()
+    with tape.installed():
+        with tape.recording():
+            shuffled = np.asarray(tf.random.shuffle(rows))
+            order = np.asarray(tf.random.shuffle(tf.range(5)))
+        draws = list(tape.draws)
+        assert [kind for kind, _ in draws] == [PERMUTATION, PERMUTATION] and tape.other == 0
+        np.testing.assert_array_equal(shuffled, rows[draws[0][1]])  # the rows, in the recorded order
+        with tape.replaying(draws):  # handed back, TF reproduces its own call
+            np.testing.assert_array_equal(np.asarray(tf.random.shuffle(rows)), shuffled)
+            np.testing.assert_array_equal(np.asarray(tf.random.shuffle(tf.range(5))), order)
+    injector = _injector(draws)
+    with injector.injected():
+        got_rows = jax.random.permutation(jax.random.key(0), jnp.asarray(rows))
+        got_order = jax.random.permutation(jax.random.key(0), 5)
+    np.testing.assert_array_equal(np.asarray(got_rows), shuffled)
+    np.testing.assert_array_equal(np.asarray(got_order), order)
+    with pytest.raises(DrawsDoNotLineUp, match="permutation of shape \\[7\\]"):
+        with _injector(draws).injected():
+            jax.random.permutation(jax.random.key(0), 7)
+    with pytest.raises(DrawsDoNotLineUp, match="independently"):
+        with _injector(draws).injected():
+            jax.random.permutation(jax.random.key(0), jnp.asarray(rows), independent=True)

@@ -4,13 +4,13 @@ samples (a VAE's ``z``, dropout in training, noise) is compared exactly, like an
 TF side (``DrawTape``): while a recorded call runs, TF's raw sampling ops are wrapped, the
 ones every ``tf.random``/``keras.random`` sampler ends in (stateful and stateless): each
 draw of a standard normal or of a uniform in ``[0, 1)`` is kept in call order, before TF
-scales and shifts it. Replaying those draws to TF itself must reproduce the call's outputs
+scales and shifts it, and each ``tf.random.shuffle`` as the order it gave the rows. Replaying those draws to TF itself must reproduce the call's outputs
 exactly; only then is the case recorded with its draws.
 
 JAX side (``injected``): while the translation is traced, ``jax.random.normal``,
-``uniform`` and ``bernoulli`` return the recorded draws in the same order instead of
-sampling: a normal as drawn, a uniform scaled to ``[minval, maxval)``, a Bernoulli(p) mask
-from a uniform ``u``. Two conventions meet there: TF's dropout keeps ``u >= rate`` (Flax's
+``uniform``, ``bernoulli`` and ``permutation`` return the recorded draws in the same order
+instead of sampling: a normal as drawn, a uniform scaled to ``[minval, maxval)``, a
+Bernoulli(p) mask from a uniform ``u``, rows in the order ``tf.random.shuffle`` put them. Two conventions meet there: TF's dropout keeps ``u >= rate`` (Flax's
 ``nn.Dropout`` asks for a Bernoulli of ``keep_prob = 1 - rate``: the same mask is
 ``u >= 1 - p``), while a Bernoulli drawn outside dropout is ``u < p`` (JAX's own definition,
 and tf_keras's ``random_bernoulli``). The recorder marks the uniforms TF's dropout drew,
@@ -36,11 +36,11 @@ TF_SAMPLERS = (
     ("gen_stateless_random_ops", "stateless_random_normal", "normal"),
     ("gen_stateless_random_ops", "stateless_random_uniform", "uniform"),
 )
-#: samplers tern cannot inject (integer draws, truncated normals, categorical, shuffles, and
-#: ``tf.random.Generator``'s stateful ops)
+#: samplers tern cannot inject (integer draws, truncated normals, categorical, stateless
+#: shuffles, and ``tf.random.Generator``'s stateful ops)
 TF_OTHER = (
     ("gen_random_ops", "random_uniform_int"), ("gen_random_ops", "truncated_normal"),
-    ("gen_random_ops", "multinomial"), ("gen_random_ops", "random_shuffle"),
+    ("gen_random_ops", "multinomial"),
     ("gen_stateless_random_ops_v2", "stateless_random_uniform_int_v2"),
     ("gen_stateless_random_ops_v2", "stateless_truncated_normal_v2"),
     ("gen_stateful_random_ops", "stateful_standard_normal_v2"), ("gen_stateful_random_ops", "stateful_uniform"),
@@ -49,6 +49,8 @@ TF_OTHER = (
 )
 #: a uniform TF's dropout drew (it keeps ``u >= rate``)
 DROPOUT = "uniform/dropout"
+#: the order ``tf.random.shuffle`` put a tensor's rows in (``jax.random.permutation``'s)
+PERMUTATION = "permutation"
 
 
 class DrawsDoNotLineUp(Exception):
@@ -83,6 +85,8 @@ class DrawTape:
             if hasattr(module, name):
                 undo.append((module, name, getattr(module, name)))
                 setattr(module, name, self._sampler(getattr(module, name), kind))
+        undo.append((gen_random_ops, "random_shuffle", gen_random_ops.random_shuffle))
+        gen_random_ops.random_shuffle = self._shuffler(gen_random_ops.random_shuffle)
         for module_name, name in TF_OTHER:
             module = modules[module_name]
             if hasattr(module, name):
@@ -126,6 +130,32 @@ class DrawTape:
             return tf.constant(array)
 
         return sampler
+
+    def _shuffler(self, original: Any):
+        """``tf.random.shuffle`` as TF's own shuffle of the row indices, then a gather: the
+        indices are the draw (the same distribution as shuffling the rows themselves)."""
+        tape = self
+
+        def shuffle(value, seed=0, seed2=0, name=None):
+            import tensorflow as tf
+
+            if not tape._active or not tf.executing_eagerly():
+                if tape._active:
+                    tape.other += 1
+                return original(value, seed=seed, seed2=seed2, name=name)
+            if tape._replay is None:
+                order = original(tf.range(tf.shape(value)[0]), seed=seed, seed2=seed2)
+                tape.draws.append((PERMUTATION, np.array(order.numpy())))
+            else:
+                if not tape._replay:
+                    raise DrawsDoNotLineUp("TF drew more than when recorded")
+                recorded_kind, array = tape._replay.pop(0)
+                if recorded_kind != PERMUTATION:
+                    raise DrawsDoNotLineUp(f"TF shuffled where it drew a {recorded_kind}")
+                order = tf.constant(array)
+            return tf.gather(value, order)
+
+        return shuffle
 
     def _counted(self, original: Any):
         tape = self
@@ -185,7 +215,7 @@ class Injector:
         import jax.numpy as jnp
 
         injector = self
-        originals = {name: getattr(jax.random, name) for name in ("normal", "uniform", "bernoulli")}
+        originals = {name: getattr(jax.random, name) for name in ("normal", "uniform", "bernoulli", "permutation")}
 
         def normal(key, shape=(), dtype=None, **_):
             return jnp.asarray(injector._next("normal", tuple(shape))[1], dtype or jnp.result_type(float))
@@ -200,8 +230,17 @@ class Injector:
             p = jnp.asarray(p, jnp.float32)
             return jnp.asarray(u) >= 1 - p if kind == DROPOUT else jnp.asarray(u) < p
 
+        def permutation(key, x, axis=0, independent=False):
+            if independent:
+                raise DrawsDoNotLineUp("the translation permutes independently along an axis; Keras shuffled rows")
+            whole = isinstance(x, (int, np.integer)) or np.ndim(x) == 0
+            n = int(x) if whole else jnp.shape(x)[axis]
+            order = jnp.asarray(injector._next(PERMUTATION, (n,))[1])
+            return order if whole else jnp.take(jnp.asarray(x), order, axis=axis)
+
         self.used = 0
         jax.random.normal, jax.random.uniform, jax.random.bernoulli = normal, uniform, bernoulli
+        jax.random.permutation = permutation
         try:
             yield self
         finally:
