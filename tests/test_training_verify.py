@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import anyio
@@ -133,6 +134,38 @@ def test_a_wrong_step_is_named_by_its_first_divergent_step_and_parameter(wrong):
     assert any(p.startswith("mismatch: training step") for p in train["problems"])
 
 
+GAN = "interpolated = real + alpha * (fake - real)"
+
+
+@pytest.mark.parametrize("interpolation,status", [
+    (GAN, "equivalent"),
+    ("interpolated = fake + alpha * (fake - real)", "mismatch"),  # the gradient penalty at the wrong points
+], ids=["translated", "wrong_interpolation"])
+def test_a_gan_step_over_two_states_replays_with_kerass_draws(project, interpolation, status):
+    """``gan_pkg``'s step updates a critic and a generator, each with its Adam, and draws noise
+    and the penalty's interpolation weights from tf.random: Keras's draws are injected into
+    the translation, so its two states must follow Keras's two models exactly. Its test only
+    checks that both networks moved: a wrong interpolation passes it, not the replay."""
+    out = project / f"gan_{zlib.crc32(interpolation.encode())}" / "gan_pkg"
+    shutil.copytree(DATA / "jax" / "gan_pkg", out, ignore=shutil.ignore_patterns("__pycache__"))
+    step = out / "train.py"
+    assert step.read_text().count(GAN) == 1
+    step.write_text(step.read_text().replace(GAN, interpolation))
+    report = out.parent / "report.json"
+    proc = tern(project, "verify", str(out), "--original", str(DATA / "tf" / "gan_pkg"), "--json", str(report))
+    package = json.loads(report.read_text())["packages"][0]
+    (item,) = package["training"]["steps"]
+    (session,) = item["sessions"]
+    assert session["status"] == status, proc.stdout
+    assert session["compared"] == 3 and "random draws injected" in session["note"], session
+    assert session["optimizer"].count("Adam(") == 2
+    if status == "mismatch":
+        assert session["divergence"]["step"] == 1 and proc.returncode == 1
+        assert session["divergence"]["parameter"]["name"].startswith(("critic: ", "generator: "))
+    else:
+        assert session["params"]["max_abs"] <= 1e-5 and proc.returncode == 0
+
+
 def test_reports_and_eval_carry_the_training_status(right, wrong):
     for (_, package), status in ((right, "equivalent"), (wrong, "mismatch")):
         fields = {k: v for k, v in package.items() if k != "status"}
@@ -161,10 +194,14 @@ def test_steps_are_the_functions_tern_translates_as_steps():
     (step,) = find_steps(source)
     assert (step.name, step.model, step.optimizer, step.unsupported) == ("train_step", "model", "optimizer", "")
     assert step.params == ("model", "optimizer", "loss_fn", "x", "y")
+    assert step.pairs == (("model", "optimizer"),) and not step.draws
     gan = (ROOT / "fixtures" / "tf" / "train_wgan_gp" / "train.py").read_text()
-    (refused,) = find_steps(gan)
-    assert refused.unsupported.startswith("a step over several train states")
-    assert "tf.random" in refused.unsupported
+    (multi,) = find_steps(gan)  # two train states; its draws, in the step and in gradient_penalty, are found
+    assert multi.unsupported == "" and multi.draws
+    assert multi.pairs == (("generator", "generator_optimizer"), ("critic", "critic_optimizer"))
+    (quiet,) = find_steps(gan.replace("tf.random.uniform([batch_size, 1], 0.0, 1.0)", "0.5").replace(
+        "tf.random.normal([batch_size, LATENT_DIM])", "tf.ones([batch_size, LATENT_DIM])"))
+    assert not quiet.draws
     (left,) = find_steps(gan.replace("critic_optimizer.apply_gradients(zip(c_grads, critic.trainable_variables))",
                                      "generator_optimizer.apply_gradients(zip(c_grads, critic.trainable_variables))"))
     assert left.unsupported == ("tern leaves this step as written: a model updated by two optimizers, or an optimizer "

@@ -167,6 +167,11 @@ class DrawTape:
 
         return sampler
 
+    @property
+    def left(self) -> int:
+        """Draws handed back but not yet taken (while replaying)."""
+        return len(self._replay or [])
+
     @contextlib.contextmanager
     def recording(self):
         self.draws, self.other, self._replay, self._active = [], 0, None, True

@@ -1,18 +1,23 @@
 """TF worker, after the tests: run a recorded step session on copies and write its case.
 
-The copy is the model rebuilt from its package factory or class with the snapshot weights
-assigned, and a fresh optimizer from the recorded config, built eagerly (a ``tf.function``
-step may create variables on its first trace only). The original step runs on them with
-the recorded arguments; after each step its returned value and every weight are kept.
+Per (model, optimizer) pair of the step (one, or a GAN's two): the model rebuilt from its
+package factory or class with the snapshot weights assigned, and a fresh optimizer from the
+recorded config, built eagerly (a ``tf.function`` step may create variables on its first
+trace only). The original step runs on them with the recorded arguments; after each step
+its returned value and every weight are kept.
 
-The copy is trusted only when it reproduces the test's own first step (same returned
-value and weights, to ``COPY_RTOL``/``COPY_ATOL``: the same graph on the same values) and a
-second copy gives bit-identical results: otherwise the test changed the model after
-building it, or the step is random, and the session is not compared.
+The copy is trusted only when a second copy gives bit-identical results and it reproduces
+the test's own first step (same returned value and weights, to ``COPY_RTOL``/``COPY_ATOL``:
+the same graph on the same values); otherwise the test changed the model after building it,
+and the session is not compared. Two copies that differ mean the step draws (``tf.random``):
+it runs again eagerly with TF's draws recorded per step (``draws.py``), and once more with
+them handed back, which must be bit-identical; the case keeps the draws for the replay to
+inject. The test's own step drew other numbers, so that one is not compared then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -22,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tern.verify.arrays import pack, shift, unpack
+from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.port import keras_units
 from tern.verify.step_objects import rebuild_problem
 
@@ -43,9 +49,11 @@ def as_numpy(value: Any) -> Any:
 
 def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str:
     """The session's case (meta, arrays) over ``steps`` steps, or why it is not compared."""
-    if session.first_after is None:
+    if not session.stepped:
         return "the test's own first step raised"
-    sources = [("optimizer", session.optimizer_source, session.optimizer_config)]
+    several = len(session.roles) > 1
+    sources = [(f"optimizer {role.optimizer_param!r}" if several else "optimizer", role.optimizer_source,
+                role.optimizer_config) for role in session.roles]
     sources += [(f"argument {name!r}", entry["__keras_loss__"], entry["config"])
                 for packed in session.packed for name, entry in packed.items() if "__keras_loss__" in entry]
     for what, source, config in sources:
@@ -57,67 +65,139 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
         indices, batches = list(range(steps)), f"calls 1-{steps} of the test"
     else:
         indices, batches = [0] * steps, f"call 1's arguments repeated {steps} times (the test made {made} call(s))"
-    first, inputs = _trajectory(session, indices, capture=True)
-    if isinstance(first, str):
-        return first
-    second, _ = _trajectory(session, indices, capture=False)
-    if isinstance(second, str):
-        return second
-    differs = _first_difference(session.names, first[0], session.first_result, session.first_after, exact=False)
-    if differs:
-        return (f"a copy rebuilt from {session.origin['name']} does not reproduce the test's first step ({differs}): "
-                "the test changes the model after building it")
-    for t, (a, b) in enumerate(zip(first, second), start=1):
-        differs = _first_difference(session.names, a, b[0], b[1], exact=True)
+    draws = None
+    drawing = session.step.draws
+    if not drawing:
+        first, inputs, _ = _trajectory(session, indices, capture=True)
+        if isinstance(first, str):
+            return first
+        second, _, _ = _trajectory(session, indices, capture=False)
+        if isinstance(second, str):
+            return second
+        drawing = any(_first_difference(session, a, b[0], b[1], exact=True) for a, b in zip(first, second))
+    if drawing:
+        # the step draws (its source says so, or two runs from the same weights differ): run it
+        # recording TF's draws per step, then once more with them handed back, which must
+        # reproduce the first run exactly
+        first, inputs, draws = _trajectory(session, indices, capture=True, draws=[])
+        if isinstance(first, str):
+            return first
+        second, _, _ = _trajectory(session, indices, capture=False, draws=draws)
+        if isinstance(second, str):
+            return second
+        for t, (a, b) in enumerate(zip(first, second), start=1):
+            differs = _first_difference(session, a, b[0], b[1], exact=True)
+            if differs:
+                return (f"two runs from the same weights, arguments and random draws differ at step {t} ({differs}): "
+                        "the step is random in a way tern cannot replay")
+    else:
+        # the test's own first step drew nothing: a copy must reproduce it
+        differs = _first_difference(session, first[0], session.first_result, [r.first_after for r in session.roles],
+                                    exact=False)
         if differs:
-            return f"two runs from the same weights and arguments differ at step {t} ({differs}): the step is random"
-    return _case(session, indices, batches, first, inputs)
+            return (f"a copy rebuilt from {session.origin['name']} does not reproduce the test's first step ({differs}): "
+                    "the test changes the model after building it")
+    return _case(session, indices, batches, first, inputs, draws)
 
 
-def _rebuild(session: Any) -> Any:
-    origin = session.origin
+def _rebuild(role: Any) -> Any:
+    origin = role.origin
     target = importlib.import_module(origin["module"])
     for part in origin["name"].split("."):
         target = getattr(target, part)
     target = getattr(target, "__wrapped__", target)  # the forward recorder's factory wrapper
     copy = target(*unpack(origin.get("args", []), []), **unpack(origin.get("kwargs", {}), []))
-    if len(copy.weights) != len(session.weights) and session.build_config:
-        copy.build_from_config(session.build_config)
+    if len(copy.weights) != len(role.weights) and role.build_config:
+        copy.build_from_config(role.build_config)
     return copy
 
 
-def _trajectory(session: Any, indices: list[int], capture: bool) -> tuple[list | str, Any]:
-    """Per step: (returned value, weights in ``model.weights`` order, weights as units)."""
+def _copies(session: Any) -> list[tuple[Any, Any]] | str:
+    """Per role: the model rebuilt with the snapshot weights and a fresh optimizer, built."""
+    made = []
+    for role in session.roles:
+        copy = _rebuild(role)
+        weights = list(copy.weights)
+        if [tuple(v.shape) for v in weights] != [w.shape for w in role.weights]:
+            return f"a copy rebuilt from {role.origin['name']} has other weights ({len(weights)} vs {len(role.weights)})"
+        for variable, flag in zip(weights, role.trainable):  # flags the test set after building (layers frozen)
+            variable.trainable = flag
+        for variable, value in zip(weights, role.weights):
+            variable.assign(value)
+        optimizer = type(role.optimizer).from_config(dict(role.optimizer_config))
+        optimizer.build(copy.trainable_variables)
+        made.append((copy, optimizer))
+    return made
+
+
+def _trajectory(session: Any, indices: list[int], capture: bool, draws: list | None = None) -> tuple[list | str, Any, list]:
+    """Per step: (returned value, per role the weights in ``model.weights`` order, per role the
+    weights as units); the models' first inputs when ``capture``; and the draws per step.
+
+    ``draws``: None, the step runs as the test ran it; ``[]``, it runs eagerly with TF's draws
+    recorded (``draws.py``), into the third value; a list per step, those draws handed back."""
     tf = _tf()
-    copy = _rebuild(session)
-    weights = list(copy.weights)
-    if [tuple(v.shape) for v in weights] != [w.shape for w in session.weights]:
-        return f"a copy rebuilt from {session.origin['name']} has other weights ({len(weights)} vs {len(session.weights)})", None
-    for variable, flag in zip(weights, session.trainable):  # flags the test set after building (layers frozen)
-        variable.trainable = flag
-    for variable, value in zip(weights, session.weights):
-        variable.assign(value)
-    optimizer = type(session.optimizer).from_config(dict(session.optimizer_config))
-    optimizer.build(copy.trainable_variables)
+    copies = _copies(session)
+    if isinstance(copies, str):
+        return copies, None, []
     inputs: dict = {}
-    undo = _watch_first_call(copy, inputs) if capture else (lambda: None)
-    out = []
+    undo = _watch_first_calls([model for model, _ in copies], inputs) if capture else (lambda: None)
+    out, drawn = [], []
+    tape = DrawTape()
     try:
-        for i in indices:
-            call = session.calls[i]
-            arguments = {**call.arguments, session.step.model: copy, session.step.optimizer: optimizer}
-            bound = inspect.BoundArguments(call.signature, arguments)
-            result = session.inner(*bound.args, **bound.kwargs)
-            undo()
-            out.append((tf.nest.map_structure(as_numpy, result), [np.array(v.numpy()) for v in weights], keras_units(copy)))
+        with contextlib.ExitStack() as stack:
+            if draws is not None:
+                stack.enter_context(tape.installed())
+                stack.enter_context(_eagerly())
+            for t, i in enumerate(indices):
+                call = session.calls[i]
+                arguments = dict(call.arguments)
+                for role, (model, optimizer) in zip(session.roles, copies):
+                    arguments[role.model_param], arguments[role.optimizer_param] = model, optimizer
+                bound = inspect.BoundArguments(call.signature, arguments)
+                if draws is None:
+                    result = session.inner(*bound.args, **bound.kwargs)
+                elif not draws:
+                    with tape.recording():
+                        result = session.inner(*bound.args, **bound.kwargs)
+                    if tape.other:
+                        return (f"the step draws {tape.other} time(s) from samplers tern cannot hand to the translation "
+                                "(integer, truncated or categorical draws, tf.random.Generator)"), None, []
+                    drawn.append(list(tape.draws))
+                else:
+                    try:
+                        with tape.replaying(draws[t]):
+                            result = session.inner(*bound.args, **bound.kwargs)
+                            if tape.left:
+                                raise DrawsDoNotLineUp(f"TF drew {tape.left} fewer than when recorded")
+                    except DrawsDoNotLineUp as exc:
+                        return f"step {t + 1}: TF's recorded draws do not replay to TF itself ({exc})", None, []
+                undo()
+                out.append((tf.nest.map_structure(as_numpy, result),
+                            [[np.array(v.numpy()) for v in model.weights] for model, _ in copies],
+                            [keras_units(model) for model, _ in copies]))
     finally:
         undo()
-    if capture and "value" not in inputs:
-        return "the step never called the model", None
-    return out, inputs.get("value")
+    if capture and len(inputs) < len(copies):
+        missing = next(role.model_param for i, role in enumerate(session.roles) if i not in inputs)
+        return f"the step never called the model {missing!r}", None, []
+    return out, [inputs[i] for i in range(len(copies))] if capture else None, drawn
 
 
-def _case(session: Any, indices: list[int], batches: str, trajectory: list, inputs: Any) -> tuple[dict, list[np.ndarray]]:
+@contextlib.contextmanager
+def _eagerly():
+    """``tf.function`` bodies run as Python: the draw tape sees each draw's value."""
+    tf = _tf()
+    before = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(before)
+
+
+def _case(session: Any, indices: list[int], batches: str, trajectory: list, inputs: list, draws: list | None
+          ) -> tuple[dict, list[np.ndarray]]:
     arrays: list[np.ndarray] = []
 
     def units(listed: list[dict]) -> list[dict]:
@@ -133,15 +213,19 @@ def _case(session: Any, indices: list[int], batches: str, trajectory: list, inpu
                 call[name] = shift(entry["value"], len(arrays))
                 arrays.extend(entry["arrays"])
         calls.append(call)
-    after = [{"result": pack(result, arrays, as_numpy), "units": units(step_units)} for result, _, step_units in trajectory]
+    after = [{"result": pack(result, arrays, as_numpy), "units": [units(role_units) for role_units in step_units]}
+             for result, _, step_units in trajectory]
+    roles = [{"model_param": role.model_param, "optimizer_param": role.optimizer_param, "origin": role.origin,
+              "optimizer": role.optimizer_source, "model_inputs": pack(model_inputs, arrays, as_numpy),
+              "units": units(role.units), "name_units": units(role.name_units), "keras_names": role.names,
+              "keras_trainable": list(role.trainable)} for role, model_inputs in zip(session.roles, inputs)]
     meta = {
         "target": session.target, "function": session.step.name, "params": list(session.step.params),
-        "model_param": session.step.model, "optimizer_param": session.step.optimizer,
-        "origin": session.origin, "optimizer": session.optimizer_source, "steps": len(indices),
-        "batches": batches, "calls": calls, "model_inputs": pack(inputs, arrays, as_numpy),
-        "units": units(session.units), "name_units": units(session.name_units),
-        "keras_names": session.names, "keras_trainable": list(session.trainable), "after": after,
+        "origin": session.origin, "optimizer": " + ".join(role.optimizer_source for role in session.roles),
+        "steps": len(indices), "batches": batches, "calls": calls, "roles": roles, "after": after,
     }
+    if draws is not None:
+        meta["draws"] = [pack_draws(step_draws, arrays) for step_draws in draws]
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
     for array in arrays:
         digest.update(np.ascontiguousarray(array).tobytes())
@@ -149,8 +233,8 @@ def _case(session: Any, indices: list[int], batches: str, trajectory: list, inpu
     return meta, arrays
 
 
-def _first_difference(names: list[str], step: tuple, result: Any, weights: list[np.ndarray], exact: bool) -> str:
-    """The first returned value or weight of ``step`` that differs from ``result``/``weights``."""
+def _first_difference(session: Any, step: tuple, result: Any, weights: list[list[np.ndarray]], exact: bool) -> str:
+    """The first returned value or weight of ``step`` that differs from ``result``/``weights`` (per role)."""
     tf = _tf()
     got_result, got_weights, _ = step
 
@@ -168,15 +252,17 @@ def _first_difference(names: list[str], step: tuple, result: Any, weights: list[
         return "the returned values differ in structure"
     if any(differ(a, b) for a, b in pairs):
         return "the returned value"
-    return next((name for name, a, b in zip(names, got_weights, weights) if differ(a, b)), "")
+    for role, got, want in zip(session.roles, got_weights, weights):
+        name = next((name for name, a, b in zip(role.names, got, want) if differ(a, b)), "")
+        if name:
+            return name
+    return ""
 
 
-def _watch_first_call(model: Any, into: dict):
-    """Keep the first top-level call of ``model`` as zero arrays of its inputs' shapes (the
-    translated model's ``init`` needs them); returns the undo."""
+def _watch_first_calls(models: list[Any], into: dict):
+    """Keep each model's first top-level call, ``into[i]`` for ``models[i]``, as zero arrays of its
+    inputs' shapes (the translated model's ``init`` needs them); returns the undo."""
     tf = _tf()
-    cls = next(c for c in type(model).__mro__ if "__call__" in c.__dict__ and c.__module__.split(".")[0] in {"keras", "tf_keras"})
-    original = cls.__dict__["__call__"]
 
     def zeros(value: Any) -> Any:
         if hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -184,17 +270,28 @@ def _watch_first_call(model: Any, into: dict):
             return np.zeros(tuple(1 if d is None else int(d) for d in value.shape), dtype)
         return value
 
-    def __call__(layer, *args, **kwargs):
-        if layer is model and "value" not in into:
-            into["value"] = tf.nest.map_structure(zeros, [list(args), dict(kwargs)])
-        return original(layer, *args, **kwargs)
+    originals: dict[type, Any] = {}
+    for model in models:
+        cls = next(c for c in type(model).__mro__ if "__call__" in c.__dict__ and c.__module__.split(".")[0] in {"keras", "tf_keras"})
+        originals.setdefault(cls, cls.__dict__["__call__"])
 
-    setattr(cls, "__call__", __call__)
+    def watching(original: Any):
+        def __call__(layer, *args, **kwargs):
+            for i, model in enumerate(models):
+                if layer is model and i not in into:
+                    into[i] = tf.nest.map_structure(zeros, [list(args), dict(kwargs)])
+            return original(layer, *args, **kwargs)
+
+        return __call__
+
+    for cls, original in originals.items():
+        setattr(cls, "__call__", watching(original))
     done = []
 
     def undo() -> None:
         if not done:
-            setattr(cls, "__call__", original)
+            for cls, original in originals.items():
+                setattr(cls, "__call__", original)
             done.append(True)
 
     return undo

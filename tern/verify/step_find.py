@@ -4,9 +4,11 @@ The decision is tern's own (``tern/features/training/train_steps.py``, which the
 *step* takes a model M and an optimizer O as parameters and trains M with one
 ``tf.GradientTape`` and ``O.apply_gradients``; its translation takes a train state where M
 was, drops O and returns ``(state, original_return)``, which is what the training replay
-calls. A function that looks like a step but that tern leaves as written (a GAN's two
-optimizers, a nested tape) is found too, with tern's reason: it is reported as not
-compared instead of silently ignored.
+calls. A step over several (model, optimizer) pairs (a GAN's generator and critic,
+``multi_state_steps.py``) takes a state in each model's place and returns
+``(*states, original_return)``. A function that looks like a step but that tern leaves as
+written (a nested tape) is found too, with tern's reason: it is reported as not compared
+instead of silently ignored.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ class Step:
     model: str = ""
     optimizer: str = ""
     unsupported: str = ""  # why tern leaves it as written ("" when it translates it)
+    #: every (model, optimizer) parameter pair, in the order of the translated step's states
+    pairs: tuple[tuple[str, str], ...] = ()
+    #: the step calls a ``*.random.*`` sampler, itself or through the module's functions it calls
+    draws: bool = False
 
 
 def _params(fn: ast.FunctionDef) -> tuple[str, ...]:
@@ -51,9 +57,11 @@ def find_steps(source: str) -> list[Step]:
         sig, refusal = step_refusal(fn)
         multi = sigs.get(fn.name)
         if multi is not None and multi.pairs and multi.kind == "step":
-            steps.append(Step(fn.name, _params(fn), unsupported=_multi_reason(fn)))
+            steps.append(Step(fn.name, _params(fn), multi.model, multi.optimizer or "", pairs=multi.pairs,
+                              draws=_draws(fn, functions)))
         elif sig is not None and sig.kind == "step":
-            steps.append(Step(fn.name, _params(fn), sig.model, sig.optimizer or ""))
+            steps.append(Step(fn.name, _params(fn), sig.model, sig.optimizer or "", pairs=((sig.model, sig.optimizer or ""),),
+                              draws=_draws(fn, functions)))
         elif refusal:
             if refusal == SEVERAL_OPTIMIZERS and fn.name not in sigs:
                 refusal = refusals.get(fn.name, refusal)
@@ -61,12 +69,19 @@ def find_steps(source: str) -> list[Step]:
     return steps
 
 
-def _multi_reason(fn: ast.FunctionDef) -> str:
-    """Why a step over several train states (tern/features/training/multi_state_steps.py) is not replayed."""
-    reason = ("a step over several train states (one per optimizer): the training replay runs one-state steps "
-              "only (tests/test_multi_state_steps.py compares such a step with Keras over three steps)")
-    draws = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ".random." in f".{ast.unparse(n.func)}."]
-    if draws:
-        reason += ("; and it draws from tf.random, which Keras takes from its global generator and the "
-                   "translation from the states' keys, so the two never see the same numbers")
-    return reason
+
+def _draws(fn: ast.FunctionDef, functions: list[ast.FunctionDef]) -> bool:
+    """Whether ``fn`` or a module function it calls (transitively) calls ``<x>.random.<y>``."""
+    by_name = {f.name: f for f in functions}
+    todo, seen = [fn], {fn.name}
+    while todo:
+        for node in ast.walk(todo.pop()):
+            if not isinstance(node, ast.Call):
+                continue
+            called = ast.unparse(node.func)
+            if ".random." in f".{called}":
+                return True
+            if isinstance(node.func, ast.Name) and node.func.id in by_name and node.func.id not in seen:
+                seen.add(node.func.id)
+                todo.append(by_name[node.func.id])
+    return False

@@ -95,11 +95,11 @@ def random_layer(model: Any) -> str:
 
 
 @dataclass
-class Session:
-    step: Step
-    target: str
-    inner: Any  # the step as the module held it (``tf.function``)
-    signature: inspect.Signature
+class Role:
+    """One (model, optimizer) pair of a step: a single-state step has one, a GAN's step two."""
+
+    model_param: str
+    optimizer_param: str
     model: Any
     optimizer: Any
     origin: dict
@@ -111,10 +111,24 @@ class Session:
     build_config: dict | None
     units: list[dict]
     name_units: list[dict]  # each Keras variable as its index, ported: which Flax leaf holds which variable
+    first_after: list[np.ndarray] | None = None
+
+
+@dataclass
+class Session:
+    step: Step
+    target: str
+    inner: Any  # the step as the module held it (``tf.function``)
+    signature: inspect.Signature
+    roles: list[Role]
     calls: list[inspect.BoundArguments] = field(default_factory=list)
     packed: list[dict] = field(default_factory=list)  # per call: the recorded non-model arguments
     first_result: Any = None
-    first_after: list[np.ndarray] | None = None
+    stepped: bool = False  # the test's first step returned
+
+    @property
+    def origin(self) -> dict:
+        return self.roles[0].origin
 
 
 class StepRecorder:
@@ -192,12 +206,12 @@ class StepRecorder:
             return None
         signature = inspect.signature(_python_function(inner))
         bound = signature.bind(*args, **kwargs)
-        model, optimizer = bound.arguments.get(step.model), bound.arguments.get(step.optimizer)
-        key = (id(model), id(optimizer))
+        pairs = [(bound.arguments.get(m), bound.arguments.get(o)) for m, o in step.pairs]
+        key = tuple(id(x) for pair in pairs for x in pair)
         if not tf.executing_eagerly():
             if key not in self.pairs:
                 self.pairs[key] = None
-                self.alive += [model, optimizer]
+                self.alive += [x for pair in pairs for x in pair]
                 self.note(target, "called inside a traced tf.function")
             return None
         if key in self.pairs:
@@ -210,8 +224,8 @@ class StepRecorder:
                 session.packed.append(packed)
             return None
         self.pairs[key] = None
-        self.alive += [model, optimizer]
-        reason = self._ineligible(model, optimizer)
+        self.alive += [x for pair in pairs for x in pair]
+        reason = next(filter(None, (self._ineligible(model, optimizer) for model, optimizer in pairs)), "")
         if reason:
             return self.note(target, reason)
         if sum(1 for s in self.sessions if s.target == target) >= self.max_per_target:
@@ -219,24 +233,15 @@ class StepRecorder:
         packed = self._pack_arguments(step, bound)
         if isinstance(packed, str):
             return self.note(target, packed)
-        try:
-            optimizer_source, optimizer_config = keras_source(optimizer, "optimizer")
-        except NotRenderable as exc:
-            return self.note(target, f"optimizer: {exc}")
-        weights = list(model.weights)
-        index = {id(v): i for i, v in enumerate(weights)}
-        try:
-            build_config = model.get_build_config()
-        except Exception:  # noqa: BLE001 - a model without one is rebuilt by its factory alone
-            build_config = None
-        session = Session(
-            step=step, target=target, inner=inner, signature=signature, model=model, optimizer=optimizer,
-            origin=model.__dict__["_tern_origin"], optimizer_source=optimizer_source,
-            optimizer_config=optimizer_config,
-            weights=[np.array(v.numpy()) for v in weights], names=[variable_path(v) for v in weights],
-            trainable=[bool(v.trainable) for v in weights], build_config=build_config,
-            units=keras_units(model), name_units=keras_units(model, lambda v: np.full(v.shape, index.get(id(v), -1), np.float64)),
-            calls=[bound], packed=[packed])
+        roles = []
+        for (model_param, optimizer_param), (model, optimizer) in zip(step.pairs, pairs):
+            try:
+                optimizer_source, optimizer_config = keras_source(optimizer, "optimizer")
+            except NotRenderable as exc:
+                return self.note(target, f"optimizer: {exc}")
+            roles.append(_role(model_param, optimizer_param, model, optimizer, optimizer_source, optimizer_config))
+        session = Session(step=step, target=target, inner=inner, signature=signature, roles=roles,
+                          calls=[bound], packed=[packed])
         self.pairs[key] = session
         self.sessions.append(session)
         return session
@@ -263,7 +268,7 @@ class StepRecorder:
         """Every argument but the model and the optimizer, recorded; a reason when one cannot be."""
         packed: dict[str, Any] = {}
         for name, value in bound.arguments.items():
-            if name in (step.model, step.optimizer):
+            if any(name in pair for pair in step.pairs):
                 continue
             if bound.signature.parameters[name].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
                 return f"argument {name!r} is variadic (*args/**kwargs)"
@@ -297,6 +302,21 @@ class StepRecorder:
             self.cases.append({"id": meta["id"], "target": session.target, "origin_module": session.origin["module"]})
 
 
+def _role(model_param: str, optimizer_param: str, model: Any, optimizer: Any, source: str, config: dict) -> Role:
+    """A pair as it stands before the first step: weights snapshotted, ported with their names."""
+    weights = list(model.weights)
+    index = {id(v): i for i, v in enumerate(weights)}
+    try:
+        build_config = model.get_build_config()
+    except Exception:  # noqa: BLE001 - a model without one is rebuilt by its factory alone
+        build_config = None
+    return Role(model_param=model_param, optimizer_param=optimizer_param, model=model, optimizer=optimizer,
+                origin=model.__dict__["_tern_origin"], optimizer_source=source, optimizer_config=config,
+                weights=[np.array(v.numpy()) for v in weights], names=[variable_path(v) for v in weights],
+                trainable=[bool(v.trainable) for v in weights], build_config=build_config, units=keras_units(model),
+                name_units=keras_units(model, lambda v: np.full(v.shape, index.get(id(v), -1), np.float64)))
+
+
 class _StepCall:
     """The patched step: observes the call, then runs the step as the test asked. Any other
     attribute (``get_concrete_function`` of a ``tf.function``) is the step's own."""
@@ -313,9 +333,11 @@ class _StepCall:
             recorder.note(self._target, "recorder error: " + traceback.format_exc(limit=2).strip().splitlines()[-1])
             session = None
         result = inner(*args, **kwargs)
-        if session is not None and session.first_after is None:
+        if session is not None and not session.stepped:
             session.first_result = _tf().nest.map_structure(as_numpy, result)
-            session.first_after = [np.array(v.numpy()) for v in session.model.weights]
+            for role in session.roles:
+                role.first_after = [np.array(v.numpy()) for v in role.model.weights]
+            session.stepped = True
         return result
 
     def __getattr__(self, name: str) -> Any:

@@ -6,7 +6,9 @@ the optimizer and any Keras loss argument through tern's own tables (``step_obje
 make ``KerasTrainState.from_variables(model.apply, variables, tx, seed=0)`` with the class
 the translated module defines, and call the translated step once per recorded step,
 with the state in the model's place, the optimizer dropped and the other arguments as
-recorded. The step returns ``(state, original_return)``.
+recorded. The step returns ``(state, original_return)``; a step over several (model,
+optimizer) pairs takes a state for each and returns ``(*states, original_return)``. A step
+that draws (``tf.random``) runs unjitted with Keras's draws of that step injected.
 
 After every step: the returned value against what the TF step returned, then every
 variable of the state (``params`` and the other collections) against the Keras weights
@@ -29,6 +31,7 @@ import numpy as np
 from tern.status import Status
 from tern.verify.arrays import build as build_model
 from tern.verify.arrays import read_case, unpack
+from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.tolerance import compare
 from tern.verify.step_objects import translated_value
@@ -58,17 +61,20 @@ def replay_step(directory: Path, name: str, tolerance: dict | None) -> dict:
 
 
 def _mapping(fn: Any, meta: dict) -> dict[str, str] | str:
-    """Original parameter -> translated parameter (the state takes the model's place, the
-    optimizer is dropped); a reason when the translation does not have that shape."""
-    kept = [p for p in meta["params"] if p != meta["optimizer_param"]]
+    """Original parameter -> translated parameter (a state takes each model's place, the
+    optimizers are dropped); a reason when the translation does not have that shape."""
+    optimizers = {role["optimizer_param"] for role in meta["roles"]}
+    models = [role["model_param"] for role in meta["roles"]]
+    kept = [p for p in meta["params"] if p not in optimizers]
     try:
         translated = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return f"cannot read the signature of the translated {meta['function']}"
-    if len(translated) != len(kept) or meta["optimizer_param"] in translated:
+    if len(translated) != len(kept) or optimizers & set(translated):
         return (f"the translated {meta['function']}({', '.join(translated)}) is not a train-state step: expected "
                 f"{len(kept)} parameters, the original's ({', '.join(meta['params'])}) without "
-                f"{meta['optimizer_param']!r} and with the state in {meta['model_param']!r}'s place")
+                f"{', '.join(repr(o) for o in sorted(optimizers))} and with a state in "
+                f"{', '.join(repr(m) for m in models)}'s place")
     return dict(zip(kept, translated))
 
 
@@ -107,9 +113,15 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     mapping = _mapping(fn, meta)
     if isinstance(mapping, str):
         return {"status": Status.ERROR, "message": mapping}
-    tx, reason = translated_value(meta["optimizer"])
-    if reason:
-        return {"status": Status.NOT_COMPARED, "reason": f"optimizer: {reason}"}
+    roles = meta["roles"]
+    several = len(roles) > 1
+    txs = []
+    for role in roles:
+        tx, reason = translated_value(role["optimizer"])
+        label = f"optimizer {role['optimizer_param']!r}" if several else "optimizer"
+        if reason:
+            return {"status": Status.NOT_COMPARED, "reason": f"{label}: {reason}"}
+        txs.append(tx)
     calls = []
     for call in meta["calls"]:
         kwargs = {}
@@ -122,9 +134,80 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
             else:
                 kwargs[mapping[name]] = unpack(value, arrays, jnp.asarray)
         calls.append(kwargs)
+    states = []
+    for role, tx in zip(roles, txs):
+        made = _state(module, state_class, role, tx, arrays)
+        if isinstance(made, dict):
+            return made
+        states.append(made)
 
-    model = build_model(meta["origin"], arrays)
-    args, kwargs = unpack(meta["model_inputs"], arrays, jnp.asarray)
+    checks: list[dict] = []
+    draws = meta.get("draws")
+    for t, (kwargs, after) in enumerate(zip(calls, meta["after"]), start=1):
+        given = {mapping[role["model_param"]]: state for role, (state, *_) in zip(roles, states)}
+        try:
+            out = _call_step(fn, {**given, **kwargs}, draws[t - 1] if draws else None, arrays)
+        except DrawsDoNotLineUp as exc:
+            return {"status": Status.NOT_COMPARED, "reason": f"step {t}: Keras's random draws not injected: {exc}"}
+        if not (isinstance(out, tuple) and len(out) == len(roles) + 1):
+            shape = ", ".join([*(f"{role['model_param']}_state" for role in roles), f"{meta['function']}'s return value"])
+            return {"status": Status.ERROR, "message": f"step {t}: the translated {meta['function']} returned "
+                    f"{type(out).__name__}{f' of {len(out)}' if isinstance(out, tuple) else ''}, not ({shape})"}
+        *new_states, returned = out
+        step_checks = _compare_returned(t, returned, unpack(after["result"], arrays), tol)
+        for i, (role, (_, init, names, order), state) in enumerate(zip(roles, states, new_states)):
+            role_units = after["units"][i]
+            want, problems = graft(init, _units(role_units, arrays))
+            if problems:
+                return {"status": Status.ERROR, "message": f"step {t}: Keras weights: " + "; ".join(problems)}
+            got = flatten(jax.tree_util.tree_map(np.asarray, {"params": state.params, **state.model_state}))
+            prefix = f"{role['model_param']}: " if several else ""
+            for path, value in sorted(flatten(want).items(), key=lambda item: order.get(item[0], len(order))):
+                if path[0] in DERIVED:
+                    continue  # a pass's loss terms, not weights
+                flax = prefix + "/".join(path)
+                if path not in got:
+                    step_checks.append({"step": t, "name": flax, "keras": names.get(path, "?"), "ok": False,
+                                        "problem": "missing from the state after the step"})
+                    continue
+                check = compare(flax, got[path], value, tol)
+                step_checks.append({**check, "step": t, "keras": names.get(path, "?"),
+                                    **(_first_bad(got[path], value, tol) if not check["ok"] else {})})
+        states = [(state, *rest) for state, (_, *rest) in zip(new_states, states)]
+        checks += step_checks
+    divergence = _divergence(checks)
+    result = {"status": Status.MISMATCH if divergence else Status.EQUIVALENT, "compared": len(calls),
+              "loss": _worst([c for c in checks if c.get("kind") == "returned"]),
+              "params": _worst([c for c in checks if c.get("kind") != "returned"]),
+              "divergence": divergence}
+    if draws:
+        result["note"] = f"TF's random draws injected into the translation ({sum(len(d) for d in draws)} over {len(draws)} steps)"
+    return result
+
+
+def _call_step(fn: Any, kwargs: dict, draws: list | None, arrays: Any) -> Any:
+    """One step; with Keras's draws injected (``draws.py``), unjitted, so every draw is taken
+    in the order the translation makes it, and nothing traced with them is kept."""
+    if draws is None:
+        return fn(**kwargs)
+    import jax
+
+    injector = Injector(draws, arrays)
+    jax.clear_caches()
+    try:
+        with jax.disable_jit(), injector.injected():
+            return fn(**kwargs)
+    finally:
+        jax.clear_caches()
+
+
+def _state(module: Any, state_class: Any, role: dict, tx: Any, arrays: Any) -> tuple | dict:
+    """The role's train state from the Keras snapshot: (state, zero variables, Keras names by
+    Flax path, Keras order by Flax path), or the result that says why it cannot be made."""
+    import jax
+
+    model = build_model(role["origin"], arrays)
+    args, kwargs = unpack(role["model_inputs"], arrays, jax.numpy.asarray)
     # Keras passes `training` to every model; a Flax module without the argument is built without it, as it is called
     # (translations from before tern wrote keras_call_kwargs pass the call's arguments as recorded)
     drop_training = getattr(state_class, "keras_call_kwargs", None)
@@ -133,11 +216,11 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
     rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
     abstract = jax.eval_shape(lambda: model.init(rngs, *args, **kwargs))
     init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
-    variables, problems = graft(init, _units(meta["units"], arrays))
+    variables, problems = graft(init, _units(role["units"], arrays))
     if problems:
         return {"status": Status.ERROR, "message": "weights: " + "; ".join(problems)}
-    names, order = _keras_names(init, meta, arrays)
-    frozen = _frozen_layers(init, meta, arrays)
+    names, order = _keras_names(init, role, arrays)
+    frozen = _frozen_layers(init, role, arrays)
     if isinstance(frozen, str):
         return {"status": Status.NOT_COMPARED, "reason": frozen}
     if frozen:
@@ -151,36 +234,7 @@ def _replay(module: Any, meta: dict, arrays: Any, tol: dict) -> dict:
         state = state_class.of_module(model, variables, tx)
     else:
         state = state_class.from_variables(model.apply, variables, tx, seed=0)
-
-    checks: list[dict] = []
-    for t, (kwargs, after) in enumerate(zip(calls, meta["after"]), start=1):
-        out = fn(**{mapping[meta["model_param"]]: state}, **kwargs)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            return {"status": Status.ERROR, "message": f"step {t}: the translated {meta['function']} returned "
-                    f"{type(out).__name__}, not (state, {meta['function']}'s return value)"}
-        state, returned = out
-        step_checks = _compare_returned(t, returned, unpack(after["result"], arrays), tol)
-        want, problems = graft(init, _units(after["units"], arrays))
-        if problems:
-            return {"status": Status.ERROR, "message": f"step {t}: Keras weights: " + "; ".join(problems)}
-        got = flatten(jax.tree_util.tree_map(np.asarray, {"params": state.params, **state.model_state}))
-        for path, value in sorted(flatten(want).items(), key=lambda item: order.get(item[0], len(order))):
-            if path[0] in DERIVED:
-                continue  # a pass's loss terms, not weights
-            flax = "/".join(path)
-            if path not in got:
-                step_checks.append({"step": t, "name": flax, "keras": names.get(path, "?"), "ok": False,
-                                    "problem": "missing from the state after the step"})
-                continue
-            check = compare(flax, got[path], value, tol)
-            step_checks.append({**check, "step": t, "keras": names.get(path, "?"),
-                                **(_first_bad(got[path], value, tol) if not check["ok"] else {})})
-        checks += step_checks
-    divergence = _divergence(checks)
-    return {"status": Status.MISMATCH if divergence else Status.EQUIVALENT, "compared": len(calls),
-            "loss": _worst([c for c in checks if c.get("kind") == "returned"]),
-            "params": _worst([c for c in checks if c.get("kind") != "returned"]),
-            "divergence": divergence}
+    return state, init, names, order
 
 
 def _divergence(checks: list[dict]) -> dict | None:

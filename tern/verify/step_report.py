@@ -32,7 +32,7 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
             continue
         for step in value.get("steps", []):
             entry = {k: step[k] for k in ("target", "id", "status", "steps", "batches", "optimizer", "rtol", "atol") if k in step}
-            for k in ("compared", "loss", "params", "divergence", "reason"):
+            for k in ("compared", "loss", "params", "divergence", "reason", "note"):
                 if step.get(k) is not None:
                     entry[k] = step[k]
             if step.get("message"):
@@ -112,7 +112,8 @@ def session_lines(training: dict) -> list[str]:
         for entry in item["sessions"]:
             lines.append(f"{item['module']}:{item['function']}: training {entry['status']}, "
                          f"{entry.get('compared', 0)}/{entry.get('steps', '?')} steps compared; max abs err loss "
-                         f"{_err(entry, 'loss')}, params {_err(entry, 'params')} ({_detail(entry)})")
+                         f"{_err(entry, 'loss')}, params {_err(entry, 'params')} ({_detail(entry)})"
+                         + (f"; {entry['note']}" if entry.get("note") else ""))
     return lines
 
 
