@@ -4,8 +4,8 @@ Keras records what a package function configured (an optimizer it returns, the o
 loss and metrics it compiles into a model); a translation of that function, written here
 the way tern writes it (the fixture's ``_keras_compat.py``), is replayed against it. The
 correct one matches; each planted bug (Adam's epsilon correction, a top-k's ``k``, a loss
-on probabilities instead of logits, a bias correction a step late) is a mismatch named
-by what differs.
+on probabilities instead of logits, a bias correction a step late, a staircase schedule
+made smooth) is a mismatch named by what differs.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ def compile_classifier(model, learning_rate=1e-2):
 
 def make_optimizers(learning_rate=1e-3):
     return adam(learning_rate, b2=0.9), adam(learning_rate, b2=0.9)
+
+
+def make_scheduled():
+    schedule = optax.exponential_decay(init_value=0.1, transition_steps=10, decay_rate=0.5, staircase=True)
+    return KerasOptimizer(optax.sgd(learning_rate=schedule), learning_rate=schedule)
 '''
 
 #: (name, text in TRANSLATION, its planted replacement, what the first difference names)
@@ -57,6 +62,7 @@ PLANTED = [
     ("late_correction", "b2 ** (count + 1)", "b2 ** (count)", "optimizer step 1"),
     ("top_k", 'name="top2", k=2', 'name="top2", k=3', "metric top2"),
     ("probabilities", "from_logits=True", "from_logits=False", "loss SparseCategoricalCrossentropy"),
+    ("schedule", "decay_rate=0.5, staircase=True", "decay_rate=0.5, staircase=False", "learning rate (ExponentialDecay)"),
 ]
 
 
@@ -79,6 +85,8 @@ def recorded(tmp_path_factory):
     record_config_call(recorder, "PACKAGE.model", "compile_classifier", (model,), {}, model, before={id(model): id(None)})
     optimizers = (keras.optimizers.Adam(1e-3, beta_2=0.9), keras.optimizers.Adam(1e-3, beta_2=0.9))
     record_config_call(recorder, "PACKAGE.model", "make_optimizers", (), {}, optimizers, before={})
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5, staircase=True)
+    record_config_call(recorder, "PACKAGE.model", "make_scheduled", (), {}, keras.optimizers.SGD(schedule), before={})
     assert not recorder.skipped, recorder.skipped
     return {case["target"].split(":")[1]: read_case(out, case["id"]) for case in recorder.cases}
 
@@ -112,7 +120,7 @@ def test_what_keras_configured_is_recorded(recorded):
     meta, _ = recorded["compile_classifier"]
     (config,) = meta["configs"]
     assert config["at"] == ["call", 0, 0] and config["kind"] == "model"
-    assert [t["scale"] for t in config["optimizer"]] == [1.0, 1e-3, 1e-6]
+    assert [t["scale"] for t in config["optimizer"]["trajectories"]] == [1.0, 1e-3, 1e-6]
     assert config["loss"]["name"] == "SparseCategoricalCrossentropy"
     assert [m["name"] for m in config["metrics"]] == ["top2"]
     meta, _ = recorded["make_optimizers"]
@@ -128,8 +136,21 @@ def test_the_correct_translation_matches_every_value(recorded, packages, functio
     assert all(c["ok"] for c in result["outputs"])
 
 
+def test_a_schedule_is_compared_over_its_steps(recorded, packages):
+    meta, _ = recorded["make_scheduled"]
+    assert meta["configs"][0]["optimizer"]["schedule"]["name"] == "ExponentialDecay"
+    result = _replay(recorded, packages, "cfg_correct", "make_scheduled")
+    assert result["status"] == Status.MATCH, result
+    assert result["outputs"][0]["name"] == "returned learning rate (ExponentialDecay)"
+
+
 @pytest.mark.parametrize("name,correct,planted,named", PLANTED, ids=[p[0] for p in PLANTED])
 def test_a_planted_bug_is_a_mismatch_named_by_what_differs(recorded, packages, name, correct, planted, named):
+    if name == "schedule":
+        result = _replay(recorded, packages, f"cfg_{name}", "make_scheduled")
+        assert result["status"] == Status.MISMATCH
+        assert result["outputs"][0]["name"].endswith(named) and "first differs at step 1:" in result["outputs"][0]["problem"]
+        return
     result = _replay(recorded, packages, f"cfg_{name}", "compile_classifier")
     assert result["status"] == Status.MISMATCH, result
     failed = [c["name"] for c in result["outputs"] if not c["ok"]]

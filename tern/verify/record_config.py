@@ -9,7 +9,8 @@ Recorded here, replayed by ``replay_config.py``, value by value:
 - **an optimizer** (returned, or compiled into a model): a fresh copy (``from_config``)
   applies fixed gradient sequences to a fixed variable, at several gradient scales
   (``GRADIENT_SCALES``: at 1e-6 Adam's epsilon decides the step), and the variable after
-  every step is kept;
+  every step is kept; its learning-rate schedule, built-in or the package's own, is read
+  at ``SCHEDULE_STEPS``;
 - **the compiled loss** on fixed targets and predictions;
 - **each compiled metric** (a Keras ``Metric`` object; strings are resolved by Keras from
   the data, so are not) over two batches, its result after each.
@@ -33,6 +34,8 @@ from tern.verify.arrays import Unpackable, pack, write_case
 GRADIENT_SCALES = (1.0, 1e-3, 1e-6)
 #: optimizer steps per trajectory
 STEPS = 4
+#: the steps a learning-rate schedule is read at: every one of the first 64, then further out
+SCHEDULE_STEPS = (*range(64), 100, 250, 1_000, 10_000, 100_000)
 #: rows per metric and loss batch
 BATCH = 16
 SEED = 20261203
@@ -67,16 +70,27 @@ def compiled_state(args: tuple, kwargs: dict) -> dict[int, int]:
             for _, leaf in leaves([list(args), dict(kwargs)]) if hasattr(leaf, "compile") and hasattr(leaf, "call")}
 
 
-def _trajectories(optimizer: Any, arrays: list[np.ndarray]) -> list[dict]:
-    """The optimizer's fresh copy stepping a (3, 4) variable through ``STEPS`` gradients per scale."""
+def _fresh(optimizer: Any) -> Any:
+    """A new optimizer from ``optimizer``'s config (a package's schedule class passed along)."""
+    schedule = getattr(optimizer, "_learning_rate", None)
+    custom = {type(schedule).__name__: type(schedule)} if _is_schedule(schedule) else None
+    return type(optimizer).from_config(optimizer.get_config(), custom_objects=custom)
+
+
+def _is_schedule(value: Any) -> bool:
+    return callable(value) and hasattr(value, "get_config") and not hasattr(value, "numpy")
+
+
+def _optimizer_record(optimizer: Any, arrays: list[np.ndarray]) -> dict:
+    """The optimizer's fresh copies stepping a (3, 4) variable through ``STEPS`` gradients per
+    scale, and its learning-rate schedule over ``SCHEDULE_STEPS`` when it has one."""
     import tensorflow as tf
 
-    fresh = type(optimizer).from_config(optimizer.get_config())
     rng = np.random.default_rng(SEED)
     start = rng.standard_normal((3, 4)).astype(np.float32)
-    out = []
+    trajectories = []
     for scale in GRADIENT_SCALES:
-        copy = type(optimizer).from_config(fresh.get_config())
+        copy = _fresh(optimizer)
         if _keras_root(optimizer) == "keras":
             import keras
 
@@ -89,8 +103,14 @@ def _trajectories(optimizer: Any, arrays: list[np.ndarray]) -> list[dict]:
             copy.apply_gradients([(tf.constant(grad), variable)])
             grads.append(pack(grad, arrays))
             params.append(pack(np.asarray(variable.numpy()), arrays))
-        out.append({"scale": scale, "start": pack(start, arrays), "grads": grads, "params": params})
-    return out
+        trajectories.append({"scale": scale, "start": pack(start, arrays), "grads": grads, "params": params})
+    record: dict = {"trajectories": trajectories}
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if _is_schedule(schedule):
+        steps = np.asarray(SCHEDULE_STEPS, np.int64)
+        values = np.asarray([np.asarray(schedule(tf.constant(step, tf.int64))) for step in SCHEDULE_STEPS], np.float32)
+        record["schedule"] = {"name": type(schedule).__name__, "steps": pack(steps, arrays), "values": pack(values, arrays)}
+    return record
 
 
 def _name(value: Any) -> str:
@@ -170,7 +190,7 @@ def _metric_records(model: Any, classes: int, arrays: list[np.ndarray]) -> list[
 
 
 def _model_record(model: Any, arrays: list[np.ndarray]) -> dict:
-    record: dict = {"optimizer": _trajectories(model.optimizer, arrays)}
+    record: dict = {"optimizer": _optimizer_record(model.optimizer, arrays)}
     classes = _output_classes(model)
     if classes is None:
         record["note"] = "loss and metrics not replayed: the model has no single rank-2 symbolic output"
@@ -220,7 +240,7 @@ def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwarg
         for path, kind, leaf in found:
             try:
                 if kind == "optimizer":
-                    configs.append({"at": path, "kind": kind, "optimizer": _trajectories(leaf, arrays)})
+                    configs.append({"at": path, "kind": kind, "optimizer": _optimizer_record(leaf, arrays)})
                 else:
                     configs.append({"at": path, "kind": kind, **_model_record(leaf, arrays)})
             except Exception as exc:  # noqa: BLE001 - a configuration Keras cannot copy is not replayed

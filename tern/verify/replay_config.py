@@ -21,7 +21,7 @@ import numpy as np
 from tern.status import Status
 from tern.verify.arrays import origin_target, unpack
 from tern.verify.record_config import MODEL, leaves
-from tern.verify.tolerance import compare
+from tern.verify.tolerance import compare, tolerance_for
 
 
 class ModelArgument:
@@ -50,14 +50,14 @@ def _at(tree: Any, path: list) -> Any:
     raise LookupError(f"nothing at {path}")
 
 
-def _optimizer_checks(label: str, tx: Any, trajectories: list[dict], arrays: Any, tolerance: dict | None) -> list[dict]:
+def _optimizer_checks(label: str, tx: Any, record: dict, arrays: Any, tolerance: dict | None) -> list[dict]:
     import jax.numpy as jnp
     import optax
 
     if not (hasattr(tx, "init") and hasattr(tx, "update")):
         return [{"name": label, "ok": False, "problem": f"not an optax transformation: {type(tx).__name__}"}]
-    checks = []
-    for trajectory in trajectories:
+    checks = _schedule_checks(label, tx, record["schedule"], arrays, tolerance) if record.get("schedule") else []
+    for trajectory in record["trajectories"]:
         params = jnp.asarray(unpack(trajectory["start"], arrays))
         state = tx.init(params)
         for step, (grad, want) in enumerate(zip(trajectory["grads"], trajectory["params"]), 1):
@@ -66,6 +66,26 @@ def _optimizer_checks(label: str, tx: Any, trajectories: list[dict], arrays: Any
             checks.append(compare(f"{label} step {step} @ gradients x {trajectory['scale']:g}", np.asarray(params),
                                   unpack(want, arrays), tolerance))
     return checks
+
+
+def _schedule_checks(label: str, tx: Any, schedule: dict, arrays: Any, tolerance: dict | None) -> list[dict]:
+    """Keras's schedule against the one the translated optimizer carries (``KerasOptimizer``),
+    step by step: the first step that differs is named."""
+    import jax.numpy as jnp
+
+    name = f"{label} learning rate ({schedule['name']})"
+    rate = getattr(tx, "learning_rate", None)
+    if not callable(rate):
+        return [{"name": name, "ok": False,
+                 "problem": "the translated optimizer carries no schedule (a constant learning rate, or none)"}]
+    steps, want = unpack(schedule["steps"], arrays), unpack(schedule["values"], arrays)
+    got = np.asarray([np.asarray(rate(jnp.asarray(step)), np.float32) for step in steps])
+    check = compare(name, got, want, tolerance)
+    if not check["ok"] and got.shape == want.shape:
+        tol = tolerance_for(want.dtype, tolerance)
+        bad = int(np.argmax(np.abs(got.astype(np.float64) - want) > tol["atol"] + tol["rtol"] * np.abs(want)))
+        check["problem"] = f"first differs at step {int(steps[bad])}: {got[bad]:.6g} vs keras {want[bad]:.6g}"
+    return [check]
 
 
 def _trainer(model: Any, label: str) -> Any:
