@@ -3,6 +3,8 @@ modules owe verification anything (tern/evaluation/scan.py): pure functions, no 
 
 from types import SimpleNamespace
 
+import pytest
+
 from tern.evaluation.scan import code_modules
 from tern.verify.record import imported_modules
 from tern.verify.report import build_rows
@@ -103,21 +105,34 @@ def test_a_module_run_by_a_failing_test_is_not_credited():
 
 
 def test_calls_count_as_reaching_a_module_and_imports_do_not(tmp_path):
-    from tern.verify.tasks import files_run, module_name
+    from tern.verify.files_run import files_run
+    from tern.verify.tasks import module_name
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "base.py").write_text("class Base:\n    def __init__(self):\n        self.ready = True\n")
     (tmp_path / "pkg" / "table.py").write_text("SQUARES = {i: i * i for i in range(3)}\n\n\ndef unused():\n    return 1\n")
+    (tmp_path / "pkg" / "deep.py").write_text(
+        '"""A module."""\nfrom __future__ import annotations\n\n\ndef outer():\n    """Doc."""\n\n    def inner():\n'
+        '        return 1 / 0\n    return inner\n\n\nasync def waits():\n    return 2\n')
+    (tmp_path / "pkg" / "lazy.py").write_text("def never():\n    return 3\n\n\nVALUES = [(lambda: 4)() for _ in range(2)]\n")
     import sys
     sys.path.insert(0, str(tmp_path))
     try:
         with files_run(tmp_path) as ran:
             import pkg.base
+            import pkg.deep
+            import pkg.lazy  # noqa: F401 - imported, its lambdas and comprehension run, no function
             import pkg.table  # noqa: F401 - imported, never called
             pkg.base.Base()
+            inner = pkg.deep.outer()
+            assert pkg.deep.outer.__doc__ == "Doc."  # the docstring stays one
+            with pytest.raises(ZeroDivisionError) as raised:
+                inner()
+            assert raised.traceback[-1].lineno + 1 == 9  # the source's own line numbers
+        assert not list((tmp_path / "pkg").rglob("*.pyc"))  # instrumented code is never cached
     finally:
         sys.path.remove(str(tmp_path))
-        for name in ("pkg", "pkg.base", "pkg.table"):
+        for name in ("pkg", "pkg.base", "pkg.table", "pkg.deep", "pkg.lazy"):
             sys.modules.pop(name, None)
-    assert {module_name(p, tmp_path) for p in ran} == {"pkg.base"}
+    assert {module_name(p, tmp_path) for p in ran} == {"pkg.base", "pkg.deep"}

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import os
-import sys
 from pathlib import Path
 
+from tern.verify.files_run import files_run
 from tern.verify.junit import run_pytest
 from tern.verify.record import record_tests
 from tern.verify.reference import reference_float64
@@ -28,31 +26,6 @@ def translated_tests(payload: dict, scratch: Path) -> dict:
     with files_run(root) as ran:
         result = run_pytest(files, root, scratch, translated=True, select=select)
     return {**result, "ran": sorted({module_name(path, root) for path in ran} - {module_name(Path(f), root) for f in files})}
-
-
-@contextlib.contextmanager
-def files_run(root: Path):
-    """The source files under ``root`` whose named functions were called while the block
-    ran (a call-only tracer: no line events, so the cost is one check per Python call).
-    Module and class bodies, comprehensions and lambdas do not count: importing a module
-    runs those, and an import reaches nothing."""
-    prefix, seen, files = os.path.abspath(root) + os.sep, set(), set()
-
-    def on_call(frame, event, arg):
-        code = frame.f_code
-        if code not in seen:
-            seen.add(code)
-            if (code.co_flags & inspect.CO_NEWLOCALS and not code.co_name.startswith("<")
-                    and code.co_filename.startswith(prefix) and code.co_filename.endswith(".py")):
-                files.add(Path(code.co_filename))
-        return previous(frame, event, arg) if previous is not None else None  # a tracer already set keeps tracing
-
-    previous = sys.gettrace()
-    sys.settrace(on_call)
-    try:
-        yield files
-    finally:
-        sys.settrace(previous)
 
 
 def module_name(path: Path, root: Path) -> str:
