@@ -3,8 +3,8 @@
 ``training_data/tf/steps_pkg`` is a small Keras package whose tests call a ``GradientTape``
 step four ways: Adam on four batches (compared over calls 1-3), SGD with momentum on a
 BatchNormalization model through the package's own loop with two batches (call 1
-repeated), a model with dropout (not compared) and an optimizer that already stepped (not
-compared). ``training_data/jax/steps_pkg`` is its translation, fixed; the mistake variant
+repeated), SGD on a model with dropout (compared with Keras's dropout masks injected) and
+an optimizer that already stepped (not compared). ``training_data/jax/steps_pkg`` is its translation, fixed; the mistake variant
 drops the loss's logits penalty. One project and one daemon serve the module; the original
 is recorded once. ``test_the_live_migrate_output_trains_like_the_original`` runs the same
 check on what ``tern migrate`` produces today.
@@ -75,9 +75,10 @@ def wrong(project, right):
 
 
 def sessions(package: dict) -> dict[str, dict]:
-    """Compared sessions by optimizer class."""
+    """Compared sessions by optimizer class, ``+draws`` for the one that drew (the dropout model)."""
     (step,) = package["training"]["steps"]
-    return {s["optimizer"].split("(")[0].rsplit(".", 1)[-1]: s for s in step["sessions"]}
+    return {s["optimizer"].split("(")[0].rsplit(".", 1)[-1] + ("+draws" if "draws injected" in s.get("note", "") else ""): s
+            for s in step["sessions"]}
 
 
 def row(package: dict, module: str) -> dict:
@@ -91,33 +92,31 @@ def test_the_translated_step_trains_like_the_original(right):
     proc, package = right
     assert package["training"]["status"] == "equivalent", proc.stdout
     found = sessions(package)
-    assert set(found) == {"Adam", "SGD"}
-    adam, sgd = found["Adam"], found["SGD"]
+    assert set(found) == {"Adam", "SGD", "SGD+draws"}
+    adam, sgd, dropout = found["Adam"], found["SGD"], found["SGD+draws"]
     assert adam["batches"] == "calls 1-3 of the test"
     assert sgd["batches"] == "call 1's arguments repeated 3 times (the test made 2 call(s))"
-    for session in (adam, sgd):
+    assert dropout["note"] == "TF's random draws injected into the translation (3 over 3 steps)"  # a mask per step
+    for session in (adam, sgd, dropout):
         assert session["status"] == "equivalent" and session["compared"] == session["steps"] == 3
         assert (session["rtol"], session["atol"]) == (1e-5, 1e-6)
         assert session["loss"]["max_abs"] <= 1e-5 and session["params"]["max_abs"] <= 1e-5
     train = row(package, "steps_pkg.train")
-    assert train["status"] == "equivalent" and train["train_matched"] == train["train_total"] == 2
+    assert train["status"] == "equivalent" and train["train_matched"] == train["train_total"] == 3
     assert "training equivalent, 3/3 steps compared" in proc.stdout and proc.returncode == 0
 
 
-def test_dropout_and_an_optimizer_that_already_stepped_are_not_compared(right):
+def test_an_optimizer_that_already_stepped_is_not_compared(right):
     _, package = right
     reasons = package["training"]["steps"][0]["not_compared"]
-    assert reasons == {
-        "dropout rate 0.5 in layer dropout (Dropout): masks are drawn from different RNGs": 1,
-        "the optimizer had already taken 1 step(s) at the first call seen (iterations = 1)": 1,
-    }
+    assert reasons == {"the optimizer had already taken 1 step(s) at the first call seen (iterations = 1)": 1}
 
 
 def test_a_wrong_step_is_named_by_its_first_divergent_step_and_parameter(wrong):
     proc, package = wrong
     assert package["training"]["status"] == "mismatch" and proc.returncode == 1
     train = row(package, "steps_pkg.train")
-    assert train["status"] == "mismatch" and train["train_matched"] == 0 and train["train_total"] == 2
+    assert train["status"] == "mismatch" and train["train_matched"] == 0 and train["train_total"] == 3
     for session in sessions(package).values():
         divergence = session["divergence"]
         assert session["status"] == "mismatch" and divergence["step"] == 1
@@ -183,7 +182,7 @@ def test_the_live_migrate_output_trains_like_the_original(project, right):
     assert (out / "train.py").is_file()
     proc, package = verify(project, "migrated")
     assert package["training"]["status"] == "equivalent", proc.stdout
-    assert {s["status"] for s in sessions(package).values()} == {"equivalent"} and len(sessions(package)) == 2
+    assert {s["status"] for s in sessions(package).values()} == {"equivalent"} and len(sessions(package)) == 3
 
 
 # -- without the sandbox ----------------------------------------------------------------

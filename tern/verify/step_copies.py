@@ -32,6 +32,7 @@ from tern.verify.port import keras_units
 from tern.verify.step_objects import rebuild_problem
 
 COPY_RTOL, COPY_ATOL = 1e-6, 1e-7
+RANDOM_ATTRIBUTES = ("rate", "dropout", "recurrent_dropout", "stddev")
 
 
 def _tf():
@@ -66,7 +67,7 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
     else:
         indices, batches = [0] * steps, f"call 1's arguments repeated {steps} times (the test made {made} call(s))"
     draws = None
-    drawing = session.step.draws
+    drawing = session.step.draws or any(random_layer(role.model) for role in session.roles)
     if not drawing:
         first, inputs, _ = _trajectory(session, indices, capture=True)
         if isinstance(first, str):
@@ -98,6 +99,23 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
             return (f"a copy rebuilt from {session.origin['name']} does not reproduce the test's first step ({differs}): "
                     "the test changes the model after building it")
     return _case(session, indices, batches, first, inputs, draws)
+
+
+def random_layer(model: Any) -> str:
+    """What in the model draws in a training step ("" when nothing does)."""
+    layers = model._flatten_layers(include_self=False, recursive=True) if hasattr(model, "_flatten_layers") else []
+    for layer in layers:
+        cls = type(layer)
+        if not cls.__module__.startswith(("keras", "tf_keras")):
+            continue
+        for attr in RANDOM_ATTRIBUTES:
+            value = getattr(layer, attr, 0)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                what = "dropout rate" if "dropout" in attr or attr == "rate" else attr
+                return f"{what} {value:g} in layer {layer.name} ({cls.__name__})"
+        if cls.__name__.startswith("Random"):
+            return f"random layer {layer.name} ({cls.__name__})"
+    return ""
 
 
 def _rebuild(role: Any) -> Any:

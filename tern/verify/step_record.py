@@ -17,9 +17,9 @@ Keras ``fit`` on a package's model (from the package or its tests) is noted as t
 compared, under ``module:Class.fit``: the translation trains it on KerasTrainer, which this
 replay does not run.
 
-Dropout and noise layers are not compared rather than switched off: TF's and JAX's masks
-come from different RNGs, and switching them off exactly on both sides would need every
-rate of the translated model to be reachable from outside it.
+A model with dropout or noise layers (``step_copies.random_layer``) draws in every training step: its
+session runs with TF's draws recorded and handed to the translation (``step_copies.py``),
+as a step that calls ``tf.random`` does.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from tern.verify.step_find import Step, find_steps
 from tern.verify.step_objects import NotRenderable, keras_class, keras_source
 from tern.weights.port import variable_path
 
-RANDOM_ATTRIBUTES = ("rate", "dropout", "recurrent_dropout", "stddev")
 _INHERITED = object()  # an attribute the class inherits: undone by deleting the patch
 FIT_NOT_COMPARED = ("Keras fit (through the model's train_step override, if it has one) runs on KerasTrainer in the "
                     "translation; the training replay runs GradientTape step functions only (tests/test_keras_trainer.py "
@@ -75,23 +74,6 @@ def _python_function(fn: Any) -> Any:
             return fn
         fn = inner
     return fn
-
-
-def random_layer(model: Any) -> str:
-    """Why the model cannot be compared step by step ("" when nothing in it is random)."""
-    layers = model._flatten_layers(include_self=False, recursive=True) if hasattr(model, "_flatten_layers") else []
-    for layer in layers:
-        cls = type(layer)
-        if not cls.__module__.startswith(("keras", "tf_keras")):
-            continue
-        for attr in RANDOM_ATTRIBUTES:
-            value = getattr(layer, attr, 0)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                what = "dropout rate" if "dropout" in attr or attr == "rate" else attr
-                return f"{what} {value:g} in layer {layer.name} ({cls.__name__}): masks are drawn from different RNGs"
-        if cls.__name__.startswith("Random"):
-            return f"random layer {layer.name} ({cls.__name__}): its draws come from different RNGs"
-    return ""
 
 
 @dataclass
@@ -257,9 +239,6 @@ class StepRecorder:
         iterations = int(np.asarray(optimizer.iterations))
         if iterations:
             return f"the optimizer had already taken {iterations} step(s) at the first call seen (iterations = {iterations})"
-        random = random_layer(model)
-        if random:
-            return random
         if not model.weights:
             return "the model has no weights before its first step (it is built inside the step)"
         return ""
