@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.record_functions import argument_array
 
 #: gradient scales of the optimizer trajectories (one trajectory each, from the same start)
 GRADIENT_SCALES = (1.0, 1e-3, 1e-6)
@@ -64,10 +65,13 @@ def leaves(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
         yield path, value
 
 
+def _is_model(value: Any) -> bool:
+    return hasattr(value, "compile") and hasattr(value, "call")
+
+
 def compiled_state(args: tuple, kwargs: dict) -> dict[int, int]:
     """Before the call: each model argument's optimizer (by id), to tell a compile the call did."""
-    return {id(leaf): id(getattr(leaf, "optimizer", None))
-            for _, leaf in leaves([list(args), dict(kwargs)]) if hasattr(leaf, "compile") and hasattr(leaf, "call")}
+    return {id(leaf): id(getattr(leaf, "optimizer", None)) for _, leaf in leaves([list(args), dict(kwargs)]) if _is_model(leaf)}
 
 
 def _fresh(optimizer: Any) -> Any:
@@ -168,9 +172,7 @@ def _loss_record(model: Any, classes: int, arrays: list[np.ndarray]) -> dict | N
 def _metric_records(model: Any, classes: int, arrays: list[np.ndarray]) -> list[dict] | None:
     compiled = getattr(model, "_compile_metrics", None)
     metrics = getattr(compiled, "_user_metrics", None)
-    if metrics is None:
-        return None
-    if isinstance(metrics, dict):
+    if metrics is None or isinstance(metrics, dict):
         return None
     out = []
     for index, metric in enumerate(metrics):
@@ -210,22 +212,21 @@ def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwarg
     called = [list(args), dict(kwargs)]
     found: list[tuple[list, str, Any]] = []
     for path, leaf in leaves(called):
-        if hasattr(leaf, "compile") and hasattr(leaf, "call") and getattr(leaf, "optimizer", None) is not None \
-                and id(leaf.optimizer) != before.get(id(leaf)) and is_keras_optimizer(leaf.optimizer):
+        if _is_model(leaf) and id(getattr(leaf, "optimizer", None)) != before.get(id(leaf)) \
+                and is_keras_optimizer(getattr(leaf, "optimizer", None)):
             found.append((["call", *path], "model", leaf))
     for path, leaf in leaves(result):
         if is_keras_optimizer(leaf):
             found.append((["result", *path], "optimizer", leaf))
-        elif hasattr(leaf, "compile") and hasattr(leaf, "call") and getattr(leaf, "compiled", False) \
+        elif _is_model(leaf) and getattr(leaf, "compiled", False) \
                 and is_keras_optimizer(getattr(leaf, "optimizer", None)) and not any(leaf is f[2] for f in found):
             found.append((["result", *path], "model", leaf))
     if not found:
         return
     origin = {"kind": "function", "module": module, "name": name}
-    marked = [list(args), dict(kwargs)]
     models = {id(leaf) for _, kind, leaf in found if kind == "model"}
     try:
-        inputs = pack(_mark_models(marked, models), arrays := [], _argument)
+        inputs = pack(_mark_models(called, models), arrays := [], argument_array)
     except Unpackable as exc:
         recorder.skip(origin, f"training configuration not replayed: {exc}")
         return
@@ -268,12 +269,3 @@ def _mark_models(value: Any, models: set[int]) -> Any:
         return {k: _mark_models(v, models) for k, v in value.items()}
     return value
 
-
-def _argument(value: Any) -> np.ndarray | None:
-    import tensorflow as tf
-
-    if isinstance(value, tf.Variable):
-        raise Unpackable("a tf.Variable argument")
-    if isinstance(value, tf.Tensor) and value.dtype != tf.string:
-        return np.asarray(value.numpy())
-    return None

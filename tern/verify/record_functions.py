@@ -32,7 +32,7 @@ def _tf():
     return tf
 
 
-def _argument_array(value: Any) -> np.ndarray | None:
+def argument_array(value: Any) -> np.ndarray | None:
     tf = _tf()
     if isinstance(value, tf.Variable):
         raise Unpackable("a tf.Variable argument (the function may assign to it)")
@@ -125,7 +125,7 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
     if first is None:
         return  # not array out: not a case (a dataset, a model, a Python number)
     try:
-        inputs = pack([list(args), dict(kwargs)], arrays := [], _argument_array)
+        inputs = pack([list(args), dict(kwargs)], arrays := [], argument_array)
     except Unpackable:
         return  # not array in
     signature = json.dumps(["function", target, inputs, [(a.shape, str(a.dtype), hashlib.sha256(a.tobytes()).hexdigest()) for a in arrays]],
