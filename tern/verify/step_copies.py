@@ -66,26 +66,18 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
         indices, batches = list(range(steps)), f"calls 1-{steps} of the test"
     else:
         indices, batches = [0] * steps, f"call 1's arguments repeated {steps} times (the test made {made} call(s))"
-    draws = None
-    drawing = session.step.draws or any(random_layer(role.model) for role in session.roles)
-    if not drawing:
-        first, inputs, _ = _trajectory(session, indices, capture=True)
-        if isinstance(first, str):
-            return first
-        second, _, _ = _trajectory(session, indices, capture=False)
-        if isinstance(second, str):
-            return second
-        drawing = any(_first_difference(session, a, b[0], b[1], exact=True) for a, b in zip(first, second))
+    drawing = bool(session.step.draws or any(random_layer(role.model) for role in session.roles))
+    runs = _two_runs(session, indices, drawing)
+    if isinstance(runs, str):
+        return runs
+    if not drawing and any(_first_difference(session, a, b[0], b[1], exact=True) for a, b in zip(runs[0], runs[3])):
+        drawing = True  # two runs from the same weights differ: the step draws after all
+        runs = _two_runs(session, indices, drawing)
+        if isinstance(runs, str):
+            return runs
+    first, inputs, draws, second = runs
     if drawing:
-        # the step draws (its source says so, or two runs from the same weights differ): run it
-        # recording TF's draws per step, then once more with them handed back, which must
-        # reproduce the first run exactly
-        first, inputs, draws = _trajectory(session, indices, capture=True, draws=[])
-        if isinstance(first, str):
-            return first
-        second, _, _ = _trajectory(session, indices, capture=False, draws=draws)
-        if isinstance(second, str):
-            return second
+        # handed back, TF's draws must reproduce the first run exactly
         for t, (a, b) in enumerate(zip(first, second), start=1):
             differs = _first_difference(session, a, b[0], b[1], exact=True)
             if differs:
@@ -99,6 +91,18 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
             return (f"a copy rebuilt from {session.origin['name']} does not reproduce the test's first step ({differs}): "
                     "the test changes the model after building it")
     return _case(session, indices, batches, first, inputs, draws)
+
+
+def _two_runs(session: Any, indices: list[int], drawing: bool) -> tuple | str:
+    """Two trajectories from the same copies: ``(first, its model inputs, draws, second)``. A
+    drawing step's first run records TF's draws per step and its second gets them back."""
+    first, inputs, drawn = _trajectory(session, indices, capture=True, draws=[] if drawing else None)
+    if isinstance(first, str):
+        return first
+    second, _, _ = _trajectory(session, indices, capture=False, draws=drawn if drawing else None)
+    if isinstance(second, str):
+        return second
+    return first, inputs, drawn if drawing else None, second
 
 
 def random_layer(model: Any) -> str:
