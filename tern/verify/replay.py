@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from tern.status import Status
-from tern.verify.arrays import array_paths, build, read_case, unpack
+from tern.verify.arrays import array_paths, read_case, unpack
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.interface import default_checks
+from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import probe_checks
 from tern.verify.replay_config import replay_config_case
 from tern.verify.replay_functions import replay_function_case
@@ -109,71 +110,32 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     injector = Injector(meta["draws"], arrays) if meta.get("draws") else None
     try:
-        module = build(meta["origin"], arrays)
-        args, kwargs = unpack(meta["inputs"], arrays, jnp.asarray)
-        kwargs = call_kwargs(module, kwargs)
-        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1), "noise": jax.random.key(2)}
         # Eager Flax compiles every primitive on first use (seconds per model on a CPU):
         # the variable tree comes from abstract evaluation (no compile at all), and
         # outputs and gradients from one jitted function, which the workers' persistent
         # compilation cache serves on the next run.
-        leaves, treedef = jax.tree_util.tree_flatten([list(args), kwargs])
-        float_at = list(meta["float_inputs"])
-        rest_at = [i for i in range(len(leaves)) if i not in float_at]
-
-        def call_inputs(floats, rest):
-            merged = list(leaves)
-            for position, value in [*zip(float_at, floats), *zip(rest_at, rest)]:
-                merged[position] = value
-            return jax.tree_util.tree_unflatten(treedef, merged)
-
-        floats = [leaves[i] for i in float_at]
-        rest = [leaves[i] for i in rest_at if hasattr(leaves[i], "shape")]
-        rest_at = [i for i in rest_at if hasattr(leaves[i], "shape")]
-
-        def init_fn(floats, rest):
-            call_args, call_kwargs = call_inputs(floats, rest)
-            return module.init(rngs, *call_args, **call_kwargs)
-
+        call = layer_call(meta, arrays, call_kwargs)
+        module, floats, rest = call.module, call.floats, call.rest
         try:
-            abstract = jax.eval_shape(init_fn, floats, rest)
+            abstract = call.abstract()
         except Exception:  # noqa: BLE001 - TF ran the recorded call eagerly: so does the replay
             # Data-dependent shapes cannot be traced, and a traced call also runs code that eager
             # TF never reached (both branches of a tf.cond guarding an empty tensor); a
             # translation that is wrong fails the eager call as well.
-            return _replay_eagerly(result, meta, arrays, module, init_fn(floats, rest), call_inputs(floats, rest), rngs,
-                                   tolerance, injector)
-        init = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), dict(abstract))
-        units = [{**u, "tree": unpack(u["tree"], arrays)} for u in meta["units"]]
-        variables, problems = graft(init, units)
+            return _replay_eagerly(result, meta, arrays, module, call.init(floats, rest), call.call_inputs(floats, rest),
+                                   call.rngs, tolerance, injector)
+        init, variables, problems = ported_variables(abstract, meta, arrays)
         if problems:
             return {**result, "status": Status.ERROR, "message": "weights: " + "; ".join(problems)}
-        training = bool(kwargs.get("training"))
-        mutable = [c for c in variables if c != "params"] if training else False
         cots = [c if c is None else jnp.asarray(c) for c in unpack(meta["cotangents"], arrays)]
 
         def step_in(dtype):
-            def loss_and_outputs(variables, floats, rest):
-                params, others = variables.get("params", {}), {c: t for c, t in variables.items() if c != "params"}
-
-                def apply(params, floats):
-                    call_args, call_kwargs = call_inputs(floats, rest)
-                    with injector.injected() if injector else contextlib.nullcontext():
-                        out = module.apply({**others, "params": params}, *call_args, rngs=rngs, mutable=mutable,
-                                           **call_kwargs)
-                    out, updates = out if mutable else (out, {})
-                    outs = jax.tree_util.tree_leaves(out)
-                    loss = sum((jnp.sum(o.astype(dtype) * c.astype(dtype)) for o, c in zip(outs, cots) if c is not None),
-                               jnp.zeros((), dtype))
-                    return loss, (out, updates)
-
-                return jax.value_and_grad(apply, argnums=(0, 1), has_aux=True)(params, floats)
-            return jax.jit(loss_and_outputs)
+            return call.step(dtype, variables, injector)
 
         resident = _reset_peak_memory()
         narrow_step = step_in(jnp.float32)
         with _modules_run() as ran:
-            (_, (outputs, updates)), (grad_params, grad_inputs) = narrow_step(variables, floats, rest)
+            (_, (outputs, updates)), (grad_params, grad_inputs) = narrow_step(variables, floats, rest, cots)
         result["ran"] = sorted(ran)
         wide_needs = resident + 2 * (_peak_memory() - resident)  # float64 doubles what the float32 call took
         want_paths = array_paths(meta["outputs"])
@@ -195,7 +157,7 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             jax.clear_caches()  # the float32 executables: a deep model's two compilations need not coexist
             with jax.enable_x64(True):
                 wide = jax.tree_util.tree_map(_float64, (variables, floats))
-                (_, (outputs, _)), (grad_params, grad_inputs) = step_in(jnp.float64)(*wide, rest)
+                (_, (outputs, _)), (grad_params, grad_inputs) = step_in(jnp.float64)(*wide, rest, cots)
                 wide_values, _ = _compared_values(meta, arrays, want_paths, jax.tree_util.tree_leaves(outputs),
                                                   grad_params, grad_inputs, init, any(c is not None for c in cots))
                 keras64 = _keras_float64(reference, name, want_paths, outputs, grad_params, grad_inputs, init, cots)
@@ -217,7 +179,7 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             result["interface"] = default_checks(module, meta["defaults"])
         if meta.get("probes"):
             started = time.perf_counter()
-            result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, tolerance,
+            result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, cots, tolerance,
                                       _keras_probes64(reference, name))
             # what the probes cost, both sides: eval/bench_verify.py and docs/verify.md report it
             result["probe_ms"] = {"keras": meta.get("probe_ms", 0.0), "jax": (time.perf_counter() - started) * 1000}
@@ -271,7 +233,7 @@ def _keras_probes64(reference: Path | None, name: str) -> dict[str, list] | None
             for probe in meta.get("probes", [])}
 
 
-def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: Any, rest: list,
+def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: Any, rest: list, cots: list,
            tolerance: dict | None, keras64: dict[str, list] | None) -> list[dict]:
     """The case's probes beyond the test's inputs (``probes.py``), through the same jitted
     step as the case (one compilation: the probes keep the inputs' shapes and dtypes)."""
@@ -279,13 +241,13 @@ def _probe(meta: dict, arrays: Any, narrow_step: Any, step_in: Any, variables: A
     import jax.numpy as jnp
 
     def run32(floats):
-        (_, (outputs, _)), _ = narrow_step(variables, [jnp.asarray(a) for a in floats], rest)
+        (_, (outputs, _)), _ = narrow_step(variables, [jnp.asarray(a) for a in floats], rest, cots)
         return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
 
     def run64(floats):
         with jax.enable_x64(True):
             wide_variables, wide_floats = jax.tree_util.tree_map(_float64, (variables, [jnp.asarray(a) for a in floats]))
-            (_, (outputs, _)), _ = step_in(jnp.float64)(wide_variables, wide_floats, rest)
+            (_, (outputs, _)), _ = step_in(jnp.float64)(wide_variables, wide_floats, rest, cots)
             return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
 
     return probe_checks(meta["probes"], arrays, run32, run64, tolerance, keras64)
