@@ -39,7 +39,7 @@ def reference_float64(payload: dict, scratch: Path) -> dict:
     for ident in payload["cases"]:
         try:
             meta, arrays = read_case(directory, ident)
-            with _float64_policy(payload.get("keras", "keras3")):
+            with float64_policy(payload.get("keras", "keras3")):
                 ref_meta, ref_arrays = _reference(meta, arrays)
             write_case(out, ident, ref_meta, ref_arrays)
             results[ident] = "ok"
@@ -49,7 +49,7 @@ def reference_float64(payload: dict, scratch: Path) -> dict:
 
 
 @contextlib.contextmanager
-def _float64_policy(flavour: str):
+def float64_policy(flavour: str):
     """Layers built in the block create float64 weights and compute in float64."""
     if flavour == "tf_keras":
         import tf_keras
@@ -75,23 +75,37 @@ def _wide(value: Any) -> Any:
     return value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
 
 
-def _reference(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
+def rebuilt_layer(meta: dict, arrays: Any, as_input: Any = _wide) -> tuple:
+    """The recorded case's Keras layer built again (under the dtype policy in force) with
+    the recorded weights: ``(layer, args, kwargs, flat inputs, float input positions,
+    recorded weights)``."""
     import tensorflow as tf
 
     if "weights" not in meta:
         raise ValueError("the recording keeps no Keras weights for this case")
     layer = build(meta["origin"], arrays)
-    args, kwargs = unpack(meta["inputs"], arrays, _wide)
+    args, kwargs = unpack(meta["inputs"], arrays, as_input)
     flat_in = tf.nest.flatten([list(args), dict(kwargs)])
     present = [i for i, x in enumerate(flat_in) if x is not None]
     float_positions = [present[i] for i in meta["float_inputs"]]
     layer(*args, **kwargs)  # builds the weights
     recorded = [arrays[f"a{w['array']}"] for w in meta["weights"]]
-    variables = list(layer.weights)
-    if [tuple(v.shape) for v in variables] != [r.shape for r in recorded]:
-        raise ValueError("rebuilt in float64, the layer has other weights than the recorded ones")
-    for variable, value in zip(variables, recorded):
+    if [tuple(v.shape) for v in layer.weights] != [r.shape for r in recorded]:
+        raise ValueError("rebuilt, the layer has other weights than the recorded ones")
+    restore_weights(layer, recorded)
+    return layer, args, kwargs, flat_in, float_positions, recorded
+
+
+def restore_weights(layer: Any, recorded: list[np.ndarray]) -> None:
+    for variable, value in zip(layer.weights, recorded):
         variable.assign(value.astype(variable.dtype.name if hasattr(variable.dtype, "name") else variable.dtype))
+
+
+def _reference(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
+    import tensorflow as tf
+
+    layer, args, kwargs, flat_in, float_positions, recorded = rebuilt_layer(meta, arrays)
+    variables = list(layer.weights)
     cotangents = [None if c is None else np.asarray(c, np.float64) for c in unpack(meta["cotangents"], arrays)]
     watched = {i: tf.constant(flat_in[i]) for i in float_positions}
     leaves = [watched.get(i, x) for i, x in enumerate(flat_in)]
@@ -130,8 +144,7 @@ def _probes(meta: dict, arrays: Any, layer: Any, recorded: list[np.ndarray], fla
 
     found = []
     for probe in meta.get("probes", []):
-        for variable, value in zip(layer.weights, recorded):
-            variable.assign(value.astype(variable.dtype.name if hasattr(variable.dtype, "name") else variable.dtype))
+        restore_weights(layer, recorded)
         leaves = list(flat_in)
         for i, array in zip(float_positions, unpack(probe["inputs"], arrays, _wide)):
             leaves[i] = tf.constant(array)

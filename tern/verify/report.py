@@ -151,6 +151,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                               "compared": [_summary(c) for c in checks],
                               **({"probes": [_summary(c) for c in probes], "probe_ms": case.get("probe_ms")}
                                  if probes else {}),
+                              **({"search": case["search"]} if case.get("search") else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
@@ -162,7 +163,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                 row.cases_matched += 1
             elif case["status"] == Status.MISMATCH:
                 bad = next((c for c in checks + probes if not c["ok"]), None)
-                where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))) if bad else case.get("message", "")
+                where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))
+                         + (f" (input saved: {bad['input']})" if bad.get("input") else "")) if bad else case.get("message", "")
                 row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}"
                                     + (f"; {case['note']}" if case.get("note") else ""))
             else:
@@ -264,8 +266,8 @@ def _last_line(text: str) -> str:
 
 
 def _summary(check: dict) -> dict:
-    return {k: check[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem", "not_judged")
-            if k in check}
+    return {k: check[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem", "not_judged",
+                                  "input") if k in check}
 
 
 def probe_worst(checks: list[dict]) -> dict | None:

@@ -8,7 +8,8 @@ Five kinds of job, each cached under its own key (``keys.py``):
 2. *replay* (JAX worker): one job per translated source module: import it, replay the
    cases of the layers it defines; cases off on values alone, beyond the translation's own
    float32 rounding, are replayed once more against a *reference* job (TF worker): Keras
-   itself in float64 (``reference.py``);
+   itself in float64 (``reference.py``); cases found equal are then *searched* beyond the
+   probes, in rounds of a JAX and a TF job (``search.py``, ``search_run.py``);
 3. *train* (JAX worker): one job per translated module defining a training step the
    tests called: replay the recorded N-step trajectories (``step_replay.py``);
 4. *tests* (JAX worker): one job per translated test file.
@@ -34,6 +35,7 @@ from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import JobAnswer, PackageReport, build_rows
+from tern.verify.search_run import search_module
 from tern.verify.step_report import training_summary
 
 
@@ -142,22 +144,26 @@ class PackageVerifier:
         float32 rounding, are replayed again against a Keras float64 reference (``reference.py``)."""
         value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "")
         wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get("wants_reference")]
-        if not wanting:
+        reference = await self.reference(recording_dir, wanting) if wanting else ""
+        if reference:
+            again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
+                                                         jax_root, reference)
+            if again is not None and not again.get("import_error"):  # else the first verdict stands
+                judged = {c["id"]: c for c in again["cases"]}
+                value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
+        if value is None or value.get("import_error"):
             return JobAnswer(value, failure, hit)
-        reference = await self.reference(recording_dir, wanting)
-        if not reference:
-            return JobAnswer(value, failure, hit)
-        again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
-                                                     jax_root, reference)
-        if again is None or again.get("import_error"):
-            return JobAnswer(value, failure, hit)  # the first verdict stands
-        judged = {c["id"]: c for c in again["cases"]}
-        return JobAnswer({**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, None, hit and again_hit)
+        tf_root = link_root(self.cache.state_dir, self.original, self.package)
+        value = await search_module(self, module, value, recording_dir, jax_root, tf_root, self._closure(module, jax_root))
+        return JobAnswer(value, failure, hit)
+
+    def _closure(self, module: str, jax_root: Path) -> str:
+        path = keys.module_file(jax_root / self.package, self.package, module)
+        return keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
 
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
                           reference: str) -> JobAnswer:
-        path = keys.module_file(jax_root / self.package, self.package, module)
-        closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
+        closure = self._closure(module, jax_root)
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"]),
                           "reference": reference} for c in cases]
         key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,

@@ -1,0 +1,91 @@
+"""TF worker task: Keras's half of a search round (``search.py``).
+
+Per case, the Keras layer is built again from its recording under a float64 policy with
+the recorded weights (``reference.rebuilt_layer``). At the point the JAX job kept, Keras's
+``J^T r`` completes the ascent direction; Keras's float64 outputs at the points one step
+along it are what the next JAX job compares. Every call starts from the recorded weights
+(a training call moves a layer's statistics).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.sandbox.jobs import OUTPUT
+from tern.verify.arrays import pack, read_case, unpack, write_case
+from tern.verify.probes import judged_leaves
+from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
+from tern.verify.search import next_points
+
+
+def search_keras(payload: dict, scratch: Path) -> dict:
+    """Task: for each id of ``payload["cases"]`` (recorded in ``payload["dir"]``, its point
+    written by the JAX job in ``payload["from"]``), the next points and Keras there, written
+    to ``scratch / OUTPUT`` under the id. Returns, per id, "ok" or why there are none."""
+    directory, source, out = Path(payload["dir"]), Path(payload["from"]), scratch / OUTPUT
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for ident in payload["cases"]:
+        if not (source / f"{ident}.json").exists():
+            results[ident] = "no point from the translation's side"
+            continue
+        try:
+            meta, arrays = read_case(directory, ident)
+            point, point_arrays = read_case(source, ident)
+            with float64_policy(payload.get("keras", "keras3")):
+                found, found_arrays = _next(meta, arrays, point, point_arrays, payload["round"])
+            write_case(out, ident, found, found_arrays)
+            results[ident] = "ok"
+        except Exception:  # noqa: BLE001 - this case is not searched further; the reason comes back
+            results[ident] = traceback.format_exc(limit=2).strip().splitlines()[-1][:300]
+    return {"cases": results}
+
+
+def _next(meta: dict, arrays: Any, point: dict, point_arrays: Any, round_index: int) -> tuple[dict, list]:
+    import tensorflow as tf
+
+    layer, args, kwargs, flat_in, positions, recorded = rebuilt_layer(meta, arrays)
+    x = [np.asarray(a, np.float64) for a in unpack(point["x"], point_arrays)]
+    residual = unpack(point["r"], point_arrays)
+    theirs = [np.asarray(g, np.float64) for g in unpack(point["g"], point_arrays)]
+
+    def call(floats: list[np.ndarray], cotangents: list | None) -> tuple[Any, list]:
+        tensors = [tf.constant(a) for a in floats]
+        leaves = list(flat_in)
+        for i, tensor in zip(positions, tensors):
+            leaves[i] = tensor
+        call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
+        restore_weights(layer, recorded)
+        with tf.GradientTape() as tape:
+            for tensor in tensors:
+                tape.watch(tensor)
+            outputs = layer(*call_args, **call_kwargs)
+            out_leaves = tf.nest.flatten(outputs)
+            if any(o.dtype.is_floating and o.dtype != tf.float64 for o in out_leaves):
+                raise ValueError("a float output is not float64: the layer fixes its own dtype")
+            if cotangents is None:
+                return tf.nest.map_structure(np.asarray, outputs), []
+            loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * c) for o, c in zip(out_leaves, cotangents)
+                             if c is not None] or [tf.constant(0.0, tf.float64)])
+        grads = tape.gradient(loss, tensors)
+        return outputs, [np.zeros_like(a) if g is None else np.asarray(tf.convert_to_tensor(g)) for a, g in zip(floats, grads)]
+
+    _, keras_grads = call(x, residual)
+    ascent = [t - k for t, k in zip(theirs, keras_grads)]
+    left_out = set(meta.get("stochastic", []))
+    found_arrays: list[np.ndarray] = []
+    probes = []
+    for name, moved in next_points(round_index, x, ascent):
+        try:
+            outputs, _ = call(moved, None)
+        except Exception:  # noqa: BLE001 - Keras refuses this input (a checked range): no point here
+            continue
+        compared = judged_leaves(tf.nest.flatten(outputs), left_out)
+        if compared:
+            probes.append({"name": name, "inputs": pack(moved, found_arrays), "outputs": pack(outputs, found_arrays),
+                           "compared": compared})
+    return {"probes": probes}, found_arrays

@@ -1,0 +1,133 @@
+"""JAX worker task: the translation's half of a search round (``search.py``).
+
+Per case, the translated module is built and given the Keras weights as for the replay
+(``layer_call.py``), and run in float64. Round 0 evaluates it at the recorded inputs and
+the probes (against Keras's recorded float32 outputs: only to choose where to start); later
+rounds at the points the TF job stepped to (against Keras's float64 outputs there: these
+are judged) and at the previous round's worst point. The worst point is written with the
+scaled residual ``r`` and the translation's ``J^T r`` there, for the next TF job, and is
+the saved input of the largest difference found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.sandbox.jobs import OUTPUT
+from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
+from tern.verify.layer_call import layer_call, ported_variables
+from tern.verify.probes import judged_leaves
+from tern.verify.replay import call_kwargs
+from tern.verify.search import scaled_residual
+from tern.verify.tolerance import compare
+
+
+def search_round(payload: dict, scratch: Path) -> dict:
+    """Task: ``payload["cases"]`` (``{"dir", "id", "tolerance", "points", "best"}``: the
+    recording, the TF job's points or "" in round 0, the previous JAX job's directory or
+    ""), each case's worst point written to ``scratch / OUTPUT``. Returns per id the judged
+    values (``checks``), the worst point's name and share of its tolerance, or an ``error``."""
+    try:
+        importlib.import_module(payload["module"])
+    except BaseException:  # noqa: BLE001 - the replay reports the import failure
+        return {"import_error": traceback.format_exc(limit=-2)[-1000:], "cases": {}}
+    out = scratch / OUTPUT
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for case in payload["cases"]:
+        try:
+            results[case["id"]] = _round(case, out)
+        except Exception:  # noqa: BLE001 - this case is not searched further; the reason comes back
+            results[case["id"]] = {"error": traceback.format_exc(limit=2).strip().splitlines()[-1][:300]}
+    return {"import_error": "", "cases": results}
+
+
+def _points(case: dict, meta: dict, arrays: Any) -> list[tuple]:
+    """``(name, float inputs, Keras output leaves, compared positions, packed outputs (for
+    their names), source)`` per point to evaluate; ``source`` is None for points only
+    evaluated (Keras's float32 outputs), "" for the TF job's points, a path for a saved one:
+    these are judged."""
+    import jax
+
+    def leaves(packed: Any, data: Any) -> list:
+        return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(unpack(packed, data))]
+
+    found = []
+    if not case["points"]:
+        args, kwargs = unpack(meta["inputs"], arrays)
+        flat = [leaf for leaf in jax.tree_util.tree_leaves([list(args), kwargs])]
+        recorded = leaves(meta["outputs"], arrays)
+        found.append(("recorded inputs", [flat[i] for i in meta["float_inputs"]], recorded,
+                      judged_leaves(recorded, set(meta.get("stochastic", []))), meta["outputs"], None))
+        for probe in meta.get("probes", []):
+            found.append((probe["name"], unpack(probe["inputs"], arrays), leaves(probe["outputs"], arrays),
+                          probe["compared"], probe["outputs"], None))
+        for path in case.get("saved", []):  # where an earlier run found the translation off: judged first
+            found.extend(_judged_points(Path(path), path))
+        return found
+    if (Path(case["points"]) / f"{case['id']}.json").exists():
+        found.extend(_judged_points(Path(case["points"]) / case["id"], ""))
+    best, best_arrays = read_case(Path(case["best"]), case["id"])
+    found.append((best["name"], unpack(best["x"], best_arrays), unpack(best["keras"], best_arrays), best["compared"],
+                  best["paths"], None))
+    return found
+
+
+def _judged_points(path: Path, source: str) -> list[tuple]:
+    """The points a TF job stepped to (or a saved one), with Keras's float64 outputs there."""
+    import jax
+
+    points, arrays = read_case(path.parent, path.name)
+    return [(probe["name"], unpack(probe["inputs"], arrays),
+             [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(unpack(probe["outputs"], arrays))],
+             probe["compared"], probe["outputs"], source) for probe in points["probes"]]
+
+
+def _round(case: dict, out: Path) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    meta, arrays = read_case(Path(case["dir"]), case["id"])
+    call = layer_call(meta, arrays, call_kwargs)
+    _, variables, problems = ported_variables(call.abstract(), meta, arrays)
+    if problems:
+        raise ValueError("weights: " + "; ".join(problems))
+    tolerance = case.get("tolerance")
+    with jax.enable_x64(True):
+        wide = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) if a.dtype.kind == "f" else a, variables)
+        step = call.step(jnp.float64, variables)
+
+        def run(floats: list, cotangents: list) -> tuple[list, list]:
+            (_, (outputs, _)), (_, grads) = step(wide, [jnp.asarray(a, jnp.float64) for a in floats], call.rest,
+                                                 [jnp.asarray(c, jnp.float64) for c in cotangents])
+            return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)], [np.asarray(g) for g in grads]
+
+        checks, evaluated = [], []
+        for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays):
+            zeros = [np.zeros(np.shape(w)) for w in want]
+            got, _ = run(floats, zeros)
+            if len(got) != len(want):
+                raise ValueError(f"{len(got)} outputs, keras gave {len(want)}")
+            used, residual = scaled_residual(got, want, compared, tolerance)
+            evaluated.append((used, name, floats, want, compared, packed_outputs, residual))
+            if source is not None:
+                paths = array_paths(packed_outputs)
+                checks.extend({**compare(f"{paths[i][0]} @ {name}", got[i], want[i], tolerance), "point": source or None}
+                              for i in compared)
+        used, name, floats, want, compared, packed_outputs, residual = max(evaluated, key=lambda e: e[0])
+        _, grads = run(floats, [z if r is None else r for z, r in
+                                zip([np.zeros(np.shape(w)) for w in want], residual)])
+    saved: list[np.ndarray] = []
+    write_case(out, case["id"], {"name": name, "used": used, "compared": compared, "paths": packed_outputs,
+                                 "x": pack([np.asarray(a, np.float64) for a in floats], saved),
+                                 "keras": pack([np.asarray(w) for w in want], saved),
+                                 "r": pack(residual, saved), "g": pack(grads, saved)}, saved)
+    failed = [c for c in checks if not c["ok"]]
+    worst = max((c for c in checks if "used" in c), key=lambda c: c["used"], default=None)
+    return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks),
+            "checks": failed or ([worst] if worst else [])}

@@ -1,0 +1,190 @@
+"""The search beyond the probes (``search.py``), through the CLI on real trees.
+
+A small TF package whose test calls its layers on ``tf.ones`` (a common way to write a
+shape test), and translations of it. Constant inputs stay constant under every fixed
+probe (scales, a shift, shrinking to the mean), so a variance taken over the wrong axis
+agrees at all of them, in outputs and in gradients (a variance and its derivative vanish
+at a constant); the search's first step off them finds it. The correct translation stays
+equivalent, searched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tern.verify.search import next_points, scaled_residual
+
+TF_LAYERS = '''
+import tensorflow as tf
+
+
+class Center(tf.keras.layers.Layer):
+    """Features centred and scaled to unit variance over the last axis, times a learnt gain."""
+
+    def build(self, input_shape):
+        self.gain = self.add_weight(name="gain", shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, x):
+        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        return centred / tf.sqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + 1e-3) * self.gain
+
+
+class Project(tf.keras.layers.Layer):
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = tf.keras.layers.Dense(units, activation="tanh")
+
+    def call(self, x):
+        return self.dense(x)
+'''
+
+TF_TEST = '''
+import tensorflow as tf
+
+from {package}.layers import Center, Project
+
+
+def test_shapes():
+    assert Center()(tf.ones((2, 6))).shape == (2, 6)
+    assert Project(3)(tf.ones((2, 6))).shape == (2, 3)
+'''
+
+JAX_LAYERS = '''
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Center(nn.Module):
+    """Features centred and scaled to unit variance over the last axis, times a learnt gain."""
+
+    @nn.compact
+    def __call__(self, x):
+        gain = self.param("gain", nn.initializers.ones, (x.shape[-1],))
+        centred = x - jnp.mean(x, axis=-1, keepdims=True)
+        return centred / jnp.sqrt(jnp.mean(jnp.square(centred), axis=-1, keepdims=True) + 1e-3) * gain
+
+
+class Project(nn.Module):
+    units: int
+
+    @nn.compact
+    def __call__(self, x):
+        return jnp.tanh(nn.Dense(self.units, name="dense")(x))
+'''
+
+JAX_TEST = '''
+import jax
+import jax.numpy as jnp
+
+from {package}.layers import Center, Project
+
+
+def test_shapes():
+    assert Center().init_with_output(jax.random.key(0), jnp.ones((2, 6)))[0].shape == (2, 6)
+'''
+
+PYPROJECT = '''
+[tool.tern.verify]
+search_rounds = {rounds}
+'''
+
+
+def _package(root: Path, name: str, layers: str, test: str) -> Path:
+    package = root / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "layers.py").write_text(layers)
+    (package / "test_layers.py").write_text(test.format(package=name))
+    return package
+
+
+def _verify(project: Path, translated: Path, original: Path) -> dict:
+    out = project / "report.json"
+    run = subprocess.run([sys.executable, "-m", "tern", "verify", str(translated), "--original", str(original),
+                          "--daemon", "never", "--json", str(out)], cwd=project, capture_output=True, text=True,
+                         timeout=600)
+    assert out.exists(), run.stdout + run.stderr
+    return json.loads(out.read_text())
+
+
+def _cases(report: dict, target: str) -> list[dict]:
+    return [c for package in report["packages"] for row in package["rows"] for c in row.get("cases", [])
+            if c["target"] == target]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=2))
+    original = _package(root / "tf", "centering", TF_LAYERS, TF_TEST)
+    return root, original
+
+
+def test_a_correct_translation_is_searched_and_stays_equivalent(project):
+    root, original = project
+    translated = _package(root / "jax_ok", "centering", JAX_LAYERS, JAX_TEST)
+    report = _verify(root, translated, original)
+    (center,) = [c for c in _cases(report, "centering.layers:Center")]
+    assert center["status"] == "match", center
+    search = center["search"]
+    assert search["judged"] > 0 and search["points"] > search["judged"]
+    assert search["largest"]["ok"] and search["largest"]["used"] < 1e-3  # float64 both sides
+    assert any("search" in p["name"] for p in center["probes"])
+    assert report["modules"]["mismatch"] == 0 and report["modules"]["error"] == 0, report["modules"]
+
+
+def test_a_wrong_axis_only_the_search_sees_is_a_mismatch_with_its_input_saved(project):
+    root, original = project
+    translated = _package(root / "jax_axis", "centering", JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0"),
+                          JAX_TEST)
+    report = _verify(root, translated, original)
+    (center,) = _cases(report, "centering.layers:Center")
+    assert center["status"] == "mismatch", center
+    fixed = [p for p in center["probes"] if "search" not in p["name"]]
+    assert fixed and all(p["ok"] for p in fixed)  # every fixed probe agreed: the inputs were constant
+    failed = [p for p in center["probes"] if not p["ok"]]
+    assert failed and all("search" in p["name"] for p in failed)
+    saved = Path(failed[0]["input"])
+    assert saved.with_suffix(".json").exists() and ".tern/search-found" in str(saved)
+    # the ascent climbs: along it the difference grows well beyond the first step's off the constants
+    noise = max(p["max_abs"] for p in failed if "noise" in p["name"])
+    assert max(p["max_abs"] for p in failed if "search 2" in p["name"]) > 2 * noise
+    assert "search 2" in center["search"]["largest"]["name"]
+    (project_case,) = [c for c in _cases(report, "centering.layers:Project") if c.get("search")]
+    assert project_case["status"] == "match"
+
+    # a rerun (one round this time) judges the saved point first
+    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=1))
+    again = _verify(root, translated, original)
+    (center,) = _cases(again, "centering.layers:Center")
+    assert center["status"] == "mismatch"
+    assert any(not p["ok"] and "search-found" in p.get("input", "") for p in center["probes"])
+    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=2))
+
+
+def test_the_residual_is_scaled_by_the_tolerance_and_a_non_finite_value_is_infinitely_off():
+    got, want = [np.array([1.0, 2.0]), np.array([5.0])], [np.array([1.0, 2.1]), np.array([5.0])]
+    used, residual = scaled_residual(got, want, [0], {"rtol": 1e-5, "atol": 1e-5})
+    assert used == pytest.approx(0.1 / (1e-5 + 2.1e-5))
+    assert residual[1] is None and residual[0][0] == 0.0 and residual[0][1] < 0
+    used, _ = scaled_residual([np.array([np.nan])], [np.array([1.0])], [0], None)
+    assert used == float("inf")
+
+
+def test_next_points_step_along_the_ascent_and_only_round_0_steps_around():
+    x = [np.ones((2, 3))]
+    first = next_points(0, x, [np.zeros((2, 3))])
+    assert [name for name, _ in first] == ["search 1: x + 0.1 rms * noise"]  # flat ground: no ascent
+    ascent = [np.arange(6.0).reshape(2, 3)]
+    later = next_points(1, x, ascent)
+    assert len(later) == 5 and all(name.startswith("search 2") for name, _ in later)
+    _, moved = later[-1]  # the longest step: one rms of x along the direction's unit rms
+    step = moved[0] - x[0]
+    assert np.sqrt(np.mean(step**2)) == pytest.approx(1.0)
+    assert np.allclose(step / np.linalg.norm(step), ascent[0] / np.linalg.norm(ascent[0]))
