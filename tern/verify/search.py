@@ -21,8 +21,8 @@ fixed). TF and JAX live in separate worker processes, so a round is two jobs:
   ground where both sides agree exactly and the gradient is zero). Keras's outputs there
   are the next JAX job's points.
 
-``rounds`` such rounds (``[tool.tern.verify] search_rounds``, 2 by default) take ``2 *
-rounds + 1`` jobs, cached like every job on the recording and the translation.
+``rounds`` such rounds (``[tool.tern.verify] search_rounds``, 0 by default for now, 2 the
+usual setting) take ``2 * rounds + 1`` jobs, cached like every job on the recording and the translation.
 
 Both sides compute in float64 throughout (the Keras layer rebuilt under a float64 policy,
 the translation under ``jax.enable_x64``): the search climbs the true difference, not the
