@@ -191,13 +191,13 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
     except DrawsDoNotLineUp:
         raise
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
-        return {**result, "status": Status.ERROR, "message": _without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
+        return {**result, "status": Status.ERROR, "message": without_jax_notice(traceback.format_exc(limit=6))[-2000:]}
 
 
 _JAX_NOTICE = "--------------------\nFor simplicity, JAX has removed its internal frames"
 
 
-def _without_jax_notice(text: str) -> str:
+def without_jax_notice(text: str) -> str:
     """A traceback without JAX's closing note on filtered frames (it would end the message)."""
     at = text.find(_JAX_NOTICE)
     return text if at < 0 else text[:at].rstrip() + "\n"

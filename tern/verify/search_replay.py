@@ -22,7 +22,7 @@ from tern.sandbox.jobs import OUTPUT
 from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
-from tern.verify.replay import call_kwargs
+from tern.verify.replay import call_kwargs, without_jax_notice
 from tern.verify.search import scaled_residual
 from tern.verify.tolerance import compare
 
@@ -43,7 +43,8 @@ def search_round(payload: dict, scratch: Path) -> dict:
         try:
             results[case["id"]] = _round(case, out)
         except Exception:  # noqa: BLE001 - this case is not searched further; the reason comes back
-            results[case["id"]] = {"error": traceback.format_exc(limit=2).strip().splitlines()[-1][:300]}
+            # the error's own line, not JAX's closing note on the frames it filtered
+            results[case["id"]] = {"error": without_jax_notice(traceback.format_exc(limit=2)).strip().splitlines()[-1][:300]}
     return {"import_error": "", "cases": results}
 
 
