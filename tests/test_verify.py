@@ -391,11 +391,14 @@ def test_a_call_that_only_eager_tf_can_trace_is_replayed_eagerly(guarded):
 
 def test_an_order_tf_leaves_unspecified_is_recorded_sorted(guarded):
     """TF's CPU kernel returns top_k(sorted=False) as [3, 4, 5]; lax.top_k sorts. Recording
-    asks TF for the sorted order (its contract allows any), so the replay compares values."""
+    asks TF for the sorted order (its contract allows any), so the replay compares values;
+    so does the search, at points of its own."""
     root, proc, row = guarded
     largest = [c for c in row["cases"] if c["target"].endswith(":Largest")]
     assert [c["status"] for c in largest] == ["match"], proc.stdout + str(row)
     assert largest[0]["compared"][0]["max_abs"] == 0.0
+    # the search's points too: the rebuilt Keras layer is asked for the sorted order there
+    assert largest[0]["search"]["judged"] > 0 and largest[0]["search"]["largest"]["ok"], str(largest[0])
 
 
 #: (fixture, module file, correct text, a bug the translated tests let through, a rewrite that changes nothing)

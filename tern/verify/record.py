@@ -41,6 +41,7 @@ from tern.verify.probes import judged_leaves, probe_inputs
 from tern.verify.record_config import compiled_state, record_config_call
 from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
+from tern.verify.tf_orders import sorted_patches
 from tern.weights.port import variable_path
 
 COTANGENT_SEED = 1234
@@ -579,18 +580,9 @@ def record_tests(payload: dict, scratch: Path) -> dict:
 
 
 def _sorted_top_k(recorder: Recorder) -> None:
-    """``top_k(sorted=False)`` leaves the order unspecified (TF's CPU kernel returns what its
-    selection left), and the translation's ``lax.top_k`` sorts. While recording, TF is asked
-    for the sorted order, which its contract allows: both sides then compute the same valid
-    result, and the original tests, which cannot rely on an order, run with it too."""
-    tf = _tf()
-    top_k = tf.math.top_k
-
-    def sorted_top_k(input, k=1, sorted=True, index_type=tf.int32, name=None):  # noqa: A002 - TF's names
-        return top_k(input, k=k, sorted=True, index_type=index_type, name=name)
-
-    for owner in (tf.math, tf.nn):
-        recorder._patch(owner, "top_k", sorted_top_k)
+    """TF's unspecified orders sorted while the tests run (``tf_orders``)."""
+    for owner, name, value in sorted_patches():
+        recorder._patch(owner, name, value)
 
 
 def _run_config_case(case: dict, recorder: Recorder) -> None:

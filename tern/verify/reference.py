@@ -26,6 +26,7 @@ import numpy as np
 from tern.sandbox.jobs import OUTPUT
 from tern.verify.arrays import build, pack, read_case, shift, unpack, write_case
 from tern.verify.port import keras_units
+from tern.verify.tf_orders import sorted_orders
 from tern.weights.port import variable_path
 
 
@@ -39,7 +40,7 @@ def reference_float64(payload: dict, scratch: Path) -> dict:
     for ident in payload["cases"]:
         try:
             meta, arrays = read_case(directory, ident)
-            with float64_policy(payload.get("keras", "keras3")):
+            with float64_policy(payload.get("keras", "keras3")), sorted_orders():
                 ref_meta, ref_arrays = _reference(meta, arrays)
             write_case(out, ident, ref_meta, ref_arrays)
             results[ident] = "ok"

@@ -20,6 +20,7 @@ from tern.verify.arrays import pack, read_case, unpack, write_case
 from tern.verify.probes import judged_leaves
 from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
 from tern.verify.search import next_points
+from tern.verify.tf_orders import sorted_orders
 
 
 def search_keras(payload: dict, scratch: Path) -> dict:
@@ -36,7 +37,7 @@ def search_keras(payload: dict, scratch: Path) -> dict:
         try:
             meta, arrays = read_case(directory, ident)
             point, point_arrays = read_case(source, ident)
-            with float64_policy(payload.get("keras", "keras3")):
+            with float64_policy(payload.get("keras", "keras3")), sorted_orders():
                 found, found_arrays = _next(meta, arrays, point, point_arrays, payload["round"])
             write_case(out, ident, found, found_arrays)
             results[ident] = "ok"
