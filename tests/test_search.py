@@ -121,7 +121,7 @@ def _cases(report: dict, target: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
-    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=2))
+    (root / "pyproject.toml").write_text("[tool.tern.verify]\n")  # the default: searched, two rounds
     original = _package(root / "tf", "centering", TF_LAYERS, TF_TEST)
     return root, original
 
@@ -165,7 +165,14 @@ def test_a_wrong_axis_only_the_search_sees_is_a_mismatch_with_its_input_saved(pr
     (center,) = _cases(again, "centering.layers:Center")
     assert center["status"] == "mismatch"
     assert any(not p["ok"] and "search-found" in p.get("input", "") for p in center["probes"])
-    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=2))
+
+    # switched off, nothing beyond the fixed probes is judged: the bug goes through
+    (root / "pyproject.toml").write_text(PYPROJECT.format(rounds=0))
+    off = _verify(root, translated, original)
+    (center,) = _cases(off, "centering.layers:Center")
+    assert center["status"] == "match" and "search" not in center
+    assert not any("search" in p["name"] for p in center["probes"])
+    (root / "pyproject.toml").write_text("[tool.tern.verify]\n")
 
 
 def test_the_residual_is_scaled_by_the_tolerance_and_a_non_finite_value_is_infinitely_off():

@@ -9,7 +9,7 @@ rtol = 1e-5                   # float32 defaults; half precision is looser by de
 atol = 1e-5
 timeout = 300                 # wall seconds per sandbox job
 memory_mb = 6144              # worker memory per job
-search_rounds = 2             # gradient-ascent rounds beyond the probes (search.py); default 0: off
+search_rounds = 2             # gradient-ascent rounds beyond the probes (search.py); 0: off
 
 [tool.tern.verify.tolerances]
 "mypkg.layers" = { rtol = 1e-4, atol = 1e-4 }          # a module
@@ -47,7 +47,7 @@ class VerifyConfig:
     train_steps: int = 3
     train_rtol: float = 1e-5
     train_atol: float = 1e-6
-    search_rounds: int = 0
+    search_rounds: int = 2
     source: str = ""  # the pyproject.toml it came from, or "" for defaults
 
     def tolerance(self, target: str) -> dict | None:
@@ -90,7 +90,7 @@ def load_config(start: Path) -> VerifyConfig:
     steps = training.get("steps", 3)
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ConfigError(f"{path}: [tool.tern.verify.training] steps must be a positive integer, not {steps!r}")
-    rounds = verify.get("search_rounds", 0)
+    rounds = verify.get("search_rounds", VerifyConfig.search_rounds)
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
         raise ConfigError(f"{path}: [tool.tern.verify] search_rounds must be a whole number, not {rounds!r}")
     for case in verify.get("cases", []):

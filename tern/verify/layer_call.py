@@ -41,9 +41,10 @@ class LayerCall:
 
         return jax.eval_shape(self.init, self.floats, self.rest)
 
-    def step(self, dtype: Any, variables: dict, injector: Any = None) -> Callable:
+    def step(self, dtype: Any, variables: dict, injector: Any = None, compiler_options: dict | None = None) -> Callable:
         """``(variables, floats, rest, cotangents) -> ((loss, (outputs, updates)), (grad params,
-        grad floats))``, jitted; a training call returns the collections it updated."""
+        grad floats))``, jitted (with XLA's ``compiler_options``); a training call returns the
+        collections it updated."""
         import jax
         import jax.numpy as jnp
 
@@ -65,7 +66,7 @@ class LayerCall:
                 return loss, (out, updates)
 
             return jax.value_and_grad(apply, argnums=(0, 1), has_aux=True)(params, floats)
-        return jax.jit(loss_and_outputs)
+        return jax.jit(loss_and_outputs, compiler_options=compiler_options)
 
 
 def layer_call(meta: dict, arrays: Any, accepted_kwargs: Callable[[Any, dict], dict]) -> LayerCall:

@@ -23,7 +23,7 @@ from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
-from tern.verify.search import scaled_residual
+from tern.verify.search import QUICK_COMPILE, scaled_residual
 from tern.verify.tolerance import compare
 
 
@@ -101,7 +101,7 @@ def _round(case: dict, out: Path) -> dict:
     tolerance = case.get("tolerance")
     with jax.enable_x64(True):
         wide = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) if a.dtype.kind == "f" else a, variables)
-        step = call.step(jnp.float64, variables)
+        step = call.step(jnp.float64, variables, compiler_options=QUICK_COMPILE)
 
         def run(floats: list, cotangents: list) -> tuple[list, list]:
             (_, (outputs, _)), (_, grads) = step(wide, [jnp.asarray(a, jnp.float64) for a in floats], call.rest,
