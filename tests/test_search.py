@@ -5,7 +5,7 @@ shape test), and translations of it. Constant inputs stay constant under every f
 probe (scales, a shift, shrinking to the mean), so a variance taken over the wrong axis
 agrees at all of them, in outputs and in gradients (a variance and its derivative vanish
 at a constant); the search's first step off them finds it. The correct translation stays
-equivalent, searched.
+equivalent, searched. The same holds for a package function the test calls.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ class Center(tf.keras.layers.Layer):
         return centred / tf.sqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + 1e-3) * self.gain
 
 
+def standardize(x):
+    """Rows scaled to unit root mean square (a package function, not a layer)."""
+    return x / tf.sqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + 1e-3)
+
+
 class Project(tf.keras.layers.Layer):
     def __init__(self, units, **kwargs):
         super().__init__(**kwargs)
@@ -47,11 +52,12 @@ class Project(tf.keras.layers.Layer):
 TF_TEST = '''
 import tensorflow as tf
 
-from {package}.layers import Center, Project
+from {package}.layers import Center, Project, standardize
 
 
 def test_shapes():
     assert Center()(tf.ones((2, 6))).shape == (2, 6)
+    assert standardize(tf.ones((2, 6))).shape == (2, 6)
     assert Project(3)(tf.ones((2, 6))).shape == (2, 3)
 '''
 
@@ -68,6 +74,11 @@ class Center(nn.Module):
         gain = self.param("gain", nn.initializers.ones, (x.shape[-1],))
         centred = x - jnp.mean(x, axis=-1, keepdims=True)
         return centred / jnp.sqrt(jnp.mean(jnp.square(centred), axis=-1, keepdims=True) + 1e-3) * gain
+
+
+def standardize(x):
+    """Rows scaled to unit root mean square (a package function, not a layer)."""
+    return x / jnp.sqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + 1e-3)
 
 
 class Project(nn.Module):
@@ -136,13 +147,18 @@ def test_a_correct_translation_is_searched_and_stays_equivalent(project):
     assert search["judged"] > 0 and search["points"] > search["judged"]
     assert search["largest"]["ok"] and search["largest"]["used"] < 1e-3  # float64 both sides
     assert any("search" in p["name"] for p in center["probes"])
+    # a package function is searched too
+    (function,) = _cases(report, "centering.layers:standardize")
+    assert function["status"] == "match" and function["search"]["judged"] > 0, function
+    assert function["search"]["largest"]["ok"] and "not_searched" not in function["search"]
     assert report["modules"]["mismatch"] == 0 and report["modules"]["error"] == 0, report["modules"]
 
 
 def test_a_wrong_axis_only_the_search_sees_is_a_mismatch_with_its_input_saved(project):
     root, original = project
-    translated = _package(root / "jax_axis", "centering", JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0"),
-                          JAX_TEST)
+    wrong = (JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0")
+             .replace("jnp.mean(jnp.square(x), axis=-1", "jnp.mean(jnp.square(x), axis=0"))
+    translated = _package(root / "jax_axis", "centering", wrong, JAX_TEST)
     report = _verify(root, translated, original)
     (center,) = _cases(report, "centering.layers:Center")
     assert center["status"] == "mismatch", center
@@ -156,6 +172,14 @@ def test_a_wrong_axis_only_the_search_sees_is_a_mismatch_with_its_input_saved(pr
     noise = max(p["max_abs"] for p in failed if "noise" in p["name"])
     assert max(p["max_abs"] for p in failed if "search 2" in p["name"]) > 2 * noise
     assert "search 2" in center["search"]["largest"]["name"]
+    # the same bug in a package function: its fixed probes agree, the search's points do not,
+    # and the ascent (jax.vjp on one side, a GradientTape on the other) climbs from there
+    (function,) = _cases(report, "centering.layers:standardize")
+    assert function["status"] == "mismatch", function
+    assert all(p["ok"] for p in function["probes"] if "search" not in p["name"])
+    failed = [p for p in function["probes"] if not p["ok"]]
+    assert failed and all("search" in p["name"] for p in failed)
+    assert any("search 2" in p["name"] for p in failed), [p["name"] for p in failed]
     (project_case,) = [c for c in _cases(report, "centering.layers:Project") if c.get("search")]
     assert project_case["status"] == "match"
 

@@ -30,7 +30,7 @@ from tern.verify.probes import probe_checks
 from tern.verify.tolerance import compare
 
 
-def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
+def call_function(meta: dict, arrays: Any, key: int | None = None) -> list:
     import jax
     import jax.numpy as jnp
 
@@ -40,7 +40,7 @@ def _call(meta: dict, arrays: Any, key: int | None = None) -> list:
     return jax.tree_util.tree_leaves(origin_target(meta["origin"])(*args, **kwargs))
 
 
-def _needs_key(meta: dict, arrays: Any) -> bool:
+def needs_key(meta: dict, arrays: Any) -> bool:
     """The translation draws through a ``key`` the TF call had no counterpart of
     (rules/structure/drawing_functions.py: keyword-only, no default)."""
     import inspect
@@ -63,7 +63,7 @@ def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> 
         moved = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
         for at, array in zip(probe["float_at"], floats):
             moved[f"a{at}"] = np.asarray(array)
-        return [np.asarray(leaf) for leaf in _call(meta, moved, key)]
+        return [np.asarray(leaf) for leaf in call_function(meta, moved, key)]
 
     def run64(floats: list) -> list:
         with jax.enable_x64(True):
@@ -84,7 +84,7 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
     jax.clear_caches()  # a jitted translation traces again, with the draws: and no later call keeps them
     try:
         with jax.disable_jit(), injector.injected():
-            got = _call(meta, arrays, 0 if _needs_key(meta, arrays) else None)
+            got = call_function(meta, arrays, 0 if needs_key(meta, arrays) else None)
     except DrawsDoNotLineUp as exc:
         return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
                 "outputs": [], "gradients": [], "note": f"a drawing function whose draws were not injected: {exc}"}
@@ -109,17 +109,17 @@ def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:
         key = None
-        if _needs_key(meta, arrays):
+        if needs_key(meta, arrays):
             # TF drew from its global state and two runs agreed, so the draws did not decide the
             # result: the translation must give it under any key; two keys that disagree say otherwise
             key = 0
-            first, second = _call(meta, arrays, 0), _call(meta, arrays, 1)
+            first, second = call_function(meta, arrays, 0), call_function(meta, arrays, 1)
             if len(first) != len(second) or not all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
                                                      for a, b in zip(first, second)):
                 return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                         "message": "two keys give the translation different results where two TF runs agreed"}
             result["note"] = "a drawing function: TF's two runs agreed, the translation called with key(0) and key(1) alike"
-        got = _call(meta, arrays, key)
+        got = call_function(meta, arrays, key)
         want = array_paths(meta["outputs"])
         if len(got) != len(want):
             return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
@@ -128,7 +128,7 @@ def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
         wide_inputs = any(arrays[f"a{i}"].dtype == np.float64 for i in range(len(arrays.files)))
         if wide_inputs and not all(c["ok"] for c in checks) and all("max_abs" in c for c in checks):
             with jax.enable_x64(True):
-                wide = _call(meta, arrays, key)
+                wide = call_function(meta, arrays, key)
                 checks = [check if check["ok"] else {**compare(path, np.asarray(value), arrays[f"a{index}"], tolerance),
                                                      "note": "float64 arguments: compared from a call with x64 on"}
                           for check, (path, index), value in zip(checks, want, wide)]

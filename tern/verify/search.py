@@ -4,7 +4,8 @@ translation and Keras differ most.
 The probes (``probes.py``) move a layer's inputs along fixed families (scales, a shift,
 variance shrunk to the mean). A bug can hide between them: a reduction over the wrong axis
 agrees on the constant inputs a test built with ``tf.ones``, and on every scale of them.
-So, per layer case the probes were recorded for, the difference itself is climbed:
+So, per layer or package-function case the probes were recorded for, the difference
+itself is climbed:
 
     D(x) = 1/2 * sum over compared outputs of ((jax(x) - keras(x)) / (atol + rtol * |keras(x)|))^2
 
@@ -14,10 +15,10 @@ fixed). TF and JAX live in separate worker processes, so a round is two jobs:
 * a JAX job (``search_replay.py``) evaluates the translation at the points it is given,
   keeps the worst (the largest share of its tolerance used), and writes there ``r`` and the
   translation's half of the gradient, ``J_jax^T r``;
-* a TF job (``search_keras.py``) rebuilds the Keras layer from its recording, adds Keras's
-  half, and steps from the worst point along the ascent direction: each float input moves
-  by ``s * rms(x) * d / rms(d)`` for the step sizes ``STEPS`` (a line search), and, in the
-  first round only, by 10% of its rms in a fixed random direction (a start off the flat
+* a TF job (``search_keras.py``) rebuilds the Keras layer from its recording (or calls the
+  original function), adds Keras's half, and steps from the worst point along the ascent
+  direction: each float input moves by ``s * rms(x) * d / rms(d)`` for the step sizes
+  ``STEPS`` (a line search), and, in the first round only, by 10% of its rms in a fixed random direction (a start off the flat
   ground where both sides agree exactly and the gradient is zero). Keras's outputs there
   are the next JAX job's points.
 
@@ -31,8 +32,9 @@ float32 rounding of two kernels, and a point is judged there against the float32
 tolerance. No rounding excuse is needed or given: in float64 a correct translation is
 within 1e-12 of Keras at any point it can compute, so a value beyond ``atol + rtol *
 |keras|`` is a difference in what is computed. A point where Keras's float64 output is not
-finite is not judged. A layer Keras cannot rebuild in float64 (it fixes its own dtype) is
-not searched, and says so.
+finite is not judged. A layer Keras cannot rebuild in float64, or a function that fixes
+its own float dtype, is not searched, and says so. Where either side cannot be
+differentiated (a ``while_loop`` in JAX), there is no ascent: only the step around.
 """
 
 from __future__ import annotations
@@ -98,17 +100,22 @@ def next_points(round_index: int, floats: list[np.ndarray], ascent: list[np.ndar
 
 
 def searchable(meta: dict, arrays: Any) -> str:
-    """Why a recorded layer case is not searched, or "" when it is."""
-    if meta.get("kind") in ("function", "config"):
-        return "package functions and configurations are probed, not searched"
+    """Why a recorded layer or function case is not searched, or "" when it is."""
+    if meta.get("kind") == "config":
+        return "configurations are replayed step by step, not searched"
     if not meta.get("probes"):
-        return "no probes recorded (a random call, or not the layer's first case in this mode)"
-    if "weights" not in meta:
-        return "the recording keeps no Keras weights for this case"
-    from tern.verify.arrays import unpack
+        return "no probes recorded (a random call, or not the first case of its layer or function)"
+    if meta.get("kind") == "function":
+        if meta.get("draws"):
+            return "a drawing function (replayed with TF's draws injected)"
+        floats = [arrays[f"a{at}"] for at in meta["probes"][0]["float_at"]]
+    else:
+        if "weights" not in meta:
+            return "the recording keeps no Keras weights for this case"
+        from tern.verify.arrays import unpack
 
-    args, kwargs = unpack(meta["inputs"], arrays)
-    floats = [leaf for leaf in _leaves([args, kwargs]) if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f"]
+        args, kwargs = unpack(meta["inputs"], arrays)
+        floats = [leaf for leaf in _leaves([args, kwargs]) if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f"]
     if any(leaf.dtype != np.float32 for leaf in floats):
         return "float inputs not float32"
     if sum(leaf.size for leaf in floats) > MAX_ELEMENTS:

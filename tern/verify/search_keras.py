@@ -1,22 +1,25 @@
 """TF worker task: Keras's half of a search round (``search.py``).
 
 Per case, the Keras layer is built again from its recording under a float64 policy with
-the recorded weights (``reference.rebuilt_layer``). At the point the JAX job kept, Keras's
-``J^T r`` completes the ascent direction; Keras's float64 outputs at the points one step
-along it are what the next JAX job compares. Every call starts from the recorded weights
-(a training call moves a layer's statistics).
+the recorded weights (``reference.rebuilt_layer``); for a package function's case, the
+original function is called on the recorded arguments with float64 ones in place of the
+float ones. At the point the JAX job kept, Keras's ``J^T r`` completes the ascent
+direction; Keras's float64 outputs at the points one step along it are what the next JAX
+job compares. Every layer call starts from the recorded weights (a training call moves a
+layer's statistics). A layer or function that fixes its own float dtype is not searched:
+in float32 the search would climb two kernels' rounding.
 """
 
 from __future__ import annotations
 
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import pack, read_case, unpack, write_case
+from tern.verify.arrays import origin_target, pack, read_case, unpack, write_case
 from tern.verify.probes import judged_leaves
 from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
 from tern.verify.search import next_points
@@ -46,13 +49,12 @@ def search_keras(payload: dict, scratch: Path) -> dict:
     return {"cases": results}
 
 
-def _next(meta: dict, arrays: Any, point: dict, point_arrays: Any, round_index: int) -> tuple[dict, list]:
+def _keras_layer(meta: dict, arrays: Any) -> Callable:
+    """``call(floats, cotangents) -> (outputs, J^T c per float input or [])`` on the Keras
+    layer rebuilt from the recording, from its recorded weights every time."""
     import tensorflow as tf
 
     layer, args, kwargs, flat_in, positions, recorded = rebuilt_layer(meta, arrays)
-    x = [np.asarray(a, np.float64) for a in unpack(point["x"], point_arrays)]
-    residual = unpack(point["r"], point_arrays)
-    theirs = [np.asarray(g, np.float64) for g in unpack(point["g"], point_arrays)]
 
     def call(floats: list[np.ndarray], cotangents: list | None) -> tuple[Any, list]:
         tensors = [tf.constant(a) for a in floats]
@@ -61,22 +63,64 @@ def _next(meta: dict, arrays: Any, point: dict, point_arrays: Any, round_index: 
             leaves[i] = tensor
         call_args, call_kwargs = tf.nest.pack_sequence_as([list(args), dict(kwargs)], leaves)
         restore_weights(layer, recorded)
-        with tf.GradientTape() as tape:
-            for tensor in tensors:
-                tape.watch(tensor)
-            outputs = layer(*call_args, **call_kwargs)
-            out_leaves = tf.nest.flatten(outputs)
-            if any(o.dtype.is_floating and o.dtype != tf.float64 for o in out_leaves):
-                raise ValueError("a float output is not float64: the layer fixes its own dtype")
-            if cotangents is None:
-                return tf.nest.map_structure(np.asarray, outputs), []
-            loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * c) for o, c in zip(out_leaves, cotangents)
-                             if c is not None] or [tf.constant(0.0, tf.float64)])
-        grads = tape.gradient(loss, tensors)
-        return outputs, [np.zeros_like(a) if g is None else np.asarray(tf.convert_to_tensor(g)) for a, g in zip(floats, grads)]
+        return _traced(lambda: layer(*call_args, **call_kwargs), tensors, floats, cotangents)
 
-    _, keras_grads = call(x, residual)
-    ascent = [t - k for t, k in zip(theirs, keras_grads)]
+    return call
+
+
+def _keras_function(meta: dict, arrays: Any) -> Callable:
+    """The same for the original package function of a function case, called on the
+    recorded arguments with the float ones replaced."""
+    import tensorflow as tf
+
+    function = origin_target(meta["origin"])
+    float_at = meta["probes"][0]["float_at"]
+    base = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+
+    def call(floats: list[np.ndarray], cotangents: list | None) -> tuple[Any, list]:
+        tensors = [tf.constant(a) for a in floats]
+        moved = dict(base)
+        for at, tensor in zip(float_at, tensors):
+            moved[f"a{at}"] = tensor
+        call_args, call_kwargs = unpack(meta["inputs"], moved, lambda a: a if tf.is_tensor(a) else tf.constant(a))
+        return _traced(lambda: function(*call_args, **call_kwargs), tensors, floats, cotangents)
+
+    return call
+
+
+def _traced(compute: Callable, tensors: list, floats: list[np.ndarray], cotangents: list | None) -> tuple[Any, list]:
+    """``compute()``'s outputs (as arrays) and, given ``cotangents``, the gradient of
+    ``sum(outputs * cotangents)`` per float input."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        for tensor in tensors:
+            tape.watch(tensor)
+        outputs = compute()
+        out_leaves = tf.nest.flatten(outputs)
+        if any(o.dtype.is_floating and o.dtype != tf.float64 if tf.is_tensor(o)
+               else np.asarray(o).dtype.kind == "f" and np.asarray(o).dtype != np.float64 for o in out_leaves):
+            raise ValueError("a float output is not float64: the code fixes its own dtype")
+        if cotangents is None:
+            return tf.nest.map_structure(np.asarray, outputs), []
+        loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * c) for o, c in zip(out_leaves, cotangents)
+                         if c is not None] or [tf.constant(0.0, tf.float64)])
+    grads = tape.gradient(loss, tensors)
+    return outputs, [np.zeros_like(a) if g is None else np.asarray(tf.convert_to_tensor(g)) for a, g in zip(floats, grads)]
+
+
+def _next(meta: dict, arrays: Any, point: dict, point_arrays: Any, round_index: int) -> tuple[dict, list]:
+    import tensorflow as tf
+
+    call = (_keras_function if meta.get("kind") == "function" else _keras_layer)(meta, arrays)
+    x = [np.asarray(a, np.float64) for a in unpack(point["x"], point_arrays)]
+    if point.get("g") is None:  # the translation could not be differentiated there: no ascent
+        ascent = [np.zeros_like(a) for a in x]
+    else:
+        residual = unpack(point["r"], point_arrays)
+        theirs = [np.asarray(g, np.float64) for g in unpack(point["g"], point_arrays)]
+        _, keras_grads = call(x, residual)
+        ascent = [t - k for t, k in zip(theirs, keras_grads)]
     left_out = set(meta.get("stochastic", []))
     found_arrays: list[np.ndarray] = []
     probes = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
+from tern.verify.replay_functions import call_function, needs_key
 from tern.verify.search import QUICK_COMPILE, scaled_residual
 from tern.verify.tolerance import compare
 
@@ -48,7 +49,7 @@ def search_round(payload: dict, scratch: Path) -> dict:
     return {"import_error": "", "cases": results}
 
 
-def _points(case: dict, meta: dict, arrays: Any) -> list[tuple]:
+def _points(case: dict, meta: dict, arrays: Any, recorded_floats: list) -> list[tuple]:
     """``(name, float inputs, Keras output leaves, compared positions, packed outputs (for
     their names), source)`` per point to evaluate; ``source`` is None for points only
     evaluated (Keras's float32 outputs), "" for the TF job's points, a path for a saved one:
@@ -60,10 +61,8 @@ def _points(case: dict, meta: dict, arrays: Any) -> list[tuple]:
 
     found = []
     if not case["points"]:
-        args, kwargs = unpack(meta["inputs"], arrays)
-        flat = [leaf for leaf in jax.tree_util.tree_leaves([list(args), kwargs])]
         recorded = leaves(meta["outputs"], arrays)
-        found.append(("recorded inputs", [flat[i] for i in meta["float_inputs"]], recorded,
+        found.append(("recorded inputs", recorded_floats, recorded,
                       judged_leaves(recorded, set(meta.get("stochastic", []))), meta["outputs"], None))
         for probe in meta.get("probes", []):
             found.append((probe["name"], unpack(probe["inputs"], arrays), leaves(probe["outputs"], arrays),
@@ -89,29 +88,107 @@ def _judged_points(path: Path, source: str) -> list[tuple]:
              probe["compared"], probe["outputs"], source) for probe in points["probes"]]
 
 
-def _round(case: dict, out: Path) -> dict:
+def _layer_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
+    """``(run, the recorded float inputs)`` for a layer case: ``run(floats, cotangents)`` gives
+    the translation's float64 output leaves and, unless ``cotangents`` is None, ``J^T c``
+    per float input (one jitted step: ``layer_call.py``). To be called under x64."""
     import jax
     import jax.numpy as jnp
 
-    meta, arrays = read_case(Path(case["dir"]), case["id"])
     call = layer_call(meta, arrays, call_kwargs)
     _, variables, problems = ported_variables(call.abstract(), meta, arrays)
     if problems:
         raise ValueError("weights: " + "; ".join(problems))
+    args, kwargs = unpack(meta["inputs"], arrays)
+    flat = jax.tree_util.tree_leaves([list(args), kwargs])
+    zeros = [np.zeros(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(unpack(meta["outputs"], arrays))]
+    step = call.step(jnp.float64, variables, compiler_options=QUICK_COMPILE)
+
+    def run(floats: list, cotangents: list | None) -> tuple[list, list | None]:
+        wide = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) if a.dtype.kind == "f" else a, variables)
+        given = zeros if cotangents is None else [z if c is None else c for z, c in zip(zeros, cotangents)]
+        (_, (outputs, _)), (_, grads) = step(wide, [jnp.asarray(a, jnp.float64) for a in floats], call.rest,
+                                             [jnp.asarray(c, jnp.float64) for c in given])
+        outs = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
+        return outs, None if cotangents is None else [np.asarray(g) for g in grads]
+
+    return run, [flat[i] for i in meta["float_inputs"]]
+
+
+def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
+    """The same for a package function's case: the translated function called eagerly on the
+    recorded arguments with the float ones replaced, ``J^T c`` by ``jax.vjp``. A function JAX
+    cannot differentiate (a ``while_loop``) gives None for it: the search then only steps
+    around the start, not along an ascent."""
+    import jax
+    import jax.numpy as jnp
+
+    float_at = meta["probes"][0]["float_at"]
+    base = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+    key = 0 if needs_key(meta, arrays) else None
+
+    def outputs_at(floats: list) -> list:
+        moved = dict(base)
+        for at, value in zip(float_at, floats):
+            moved[f"a{at}"] = value
+        return call_function(meta, moved, key)
+
+    def outputs_of(*floats: Any) -> list:
+        return outputs_at(list(floats))
+
+    def with_pullback(floats: list, residuals: list) -> tuple[list, list]:
+        """Outputs and ``J^T residuals`` in one function: compiled once for both."""
+        outs, back = jax.vjp(outputs_of, *floats)
+        return outs, back([c.astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact)
+                           else np.zeros(o.shape, jax.dtypes.float0) for o, c in zip(outs, residuals)])
+
+    zeros = [np.zeros(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(unpack(meta["outputs"], arrays))]
+    both, forward, differentiable = _compiled_or_eager(with_pullback), _compiled_or_eager(outputs_of), [True]
+
+    def run(floats: list, cotangents: list | None) -> tuple[list, list | None]:
+        wide = [jnp.asarray(a, jnp.float64) for a in floats]
+        if differentiable:
+            given = zeros if cotangents is None else [z if c is None else c for z, c in zip(zeros, cotangents)]
+            try:
+                outs, grads = both(wide, given)
+                return [np.asarray(o) for o in outs], None if cotangents is None else [np.asarray(g) for g in grads]
+            except Exception:  # noqa: BLE001 - not reverse-differentiable (a while_loop): outputs only, no ascent
+                differentiable.clear()
+        return [np.asarray(leaf) for leaf in forward(*wide)], None
+
+    return run, [arrays[f"a{at}"] for at in float_at]
+
+
+def _compiled_or_eager(function: Callable) -> Callable:
+    """``function`` jitted (XLA would otherwise compile an eager call op by op, each op new in
+    float64), or called eagerly from its first failure on: a function whose Python reads
+    values (a shape from an array) runs only eagerly, as the replay calls it."""
+    import jax
+
+    compiled = [jax.jit(function, compiler_options=QUICK_COMPILE)]
+
+    def call(*args: Any) -> Any:
+        if compiled:
+            try:
+                return compiled[0](*args)
+            except Exception:  # noqa: BLE001 - eagerly then; an error there is the function's own
+                compiled.clear()
+        return function(*args)
+
+    return call
+
+
+def _round(case: dict, out: Path) -> dict:
+    import jax
+
+    meta, arrays = read_case(Path(case["dir"]), case["id"])
+    runner = _function_runner if meta.get("kind") == "function" else _layer_runner
     tolerance = case.get("tolerance")
     with jax.enable_x64(True):
-        wide = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) if a.dtype.kind == "f" else a, variables)
-        step = call.step(jnp.float64, variables, compiler_options=QUICK_COMPILE)
-
-        def run(floats: list, cotangents: list) -> tuple[list, list]:
-            (_, (outputs, _)), (_, grads) = step(wide, [jnp.asarray(a, jnp.float64) for a in floats], call.rest,
-                                                 [jnp.asarray(c, jnp.float64) for c in cotangents])
-            return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)], [np.asarray(g) for g in grads]
-
+        run, recorded_floats = runner(meta, arrays)
         checks, evaluated = [], []
-        for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays):
-            zeros = [np.zeros(np.shape(w)) for w in want]
-            got, _ = run(floats, zeros)
+        for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays, recorded_floats):
+            got, _ = run(floats, None)
             if len(got) != len(want):
                 raise ValueError(f"{len(got)} outputs, keras gave {len(want)}")
             used, residual = scaled_residual(got, want, compared, tolerance)
@@ -121,13 +198,14 @@ def _round(case: dict, out: Path) -> dict:
                 checks.extend({**compare(f"{paths[i][0]} @ {name}", got[i], want[i], tolerance), "point": source or None}
                               for i in compared)
         used, name, floats, want, compared, packed_outputs, residual = max(evaluated, key=lambda e: e[0])
-        _, grads = run(floats, [z if r is None else r for z, r in
-                                zip([np.zeros(np.shape(w)) for w in want], residual)])
+        _, grads = run(floats, residual)
     saved: list[np.ndarray] = []
     write_case(out, case["id"], {"name": name, "used": used, "compared": compared, "paths": packed_outputs,
                                  "x": pack([np.asarray(a, np.float64) for a in floats], saved),
                                  "keras": pack([np.asarray(w) for w in want], saved),
-                                 "r": pack(residual, saved), "g": pack(grads, saved)}, saved)
+                                 "r": pack(residual, saved),
+                                 # None: the translation cannot be differentiated here; no ascent
+                                 "g": None if grads is None else pack(grads, saved)}, saved)
     failed = [c for c in checks if not c["ok"]]
     worst = max((c for c in checks if "used" in c), key=lambda c: c["used"], default=None)
     return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks),
