@@ -1,7 +1,8 @@
 """JAX worker task: the translation's half of a search round (``search.py``).
 
 Per case, the translated module is built and given the Keras weights as for the replay
-(``layer_call.py``), and run in float64. Round 0 evaluates it at the recorded inputs and
+(``layer_call.py``), or the translated function is called on the recorded arguments, and
+run in float64. Round 0 evaluates it at the recorded inputs and
 the probes (against Keras's recorded float32 outputs: only to choose where to start); later
 rounds at the points the TF job stepped to (against Keras's float64 outputs there: these
 are judged) and at the previous round's worst point. The worst point is written with the
@@ -116,10 +117,10 @@ def _layer_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
 
 
 def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
-    """The same for a package function's case: the translated function called eagerly on the
-    recorded arguments with the float ones replaced, ``J^T c`` by ``jax.vjp``. A function JAX
-    cannot differentiate (a ``while_loop``) gives None for it: the search then only steps
-    around the start, not along an ascent."""
+    """The same for a package function's case: the translated function called on the
+    recorded arguments with the float ones replaced (``_compiled_or_eager``), ``J^T c`` by
+    ``jax.vjp``. A function JAX cannot differentiate (a ``while_loop``) gives None for it:
+    the search then only steps around the start, not along an ascent."""
     import jax
     import jax.numpy as jnp
 
@@ -184,8 +185,8 @@ def _round(case: dict, out: Path) -> dict:
     meta, arrays = read_case(Path(case["dir"]), case["id"])
     runner = _function_runner if meta.get("kind") == "function" else _layer_runner
     tolerance = case.get("tolerance")
+    run, recorded_floats = runner(meta, arrays)  # weights ported as for the replay, outside x64
     with jax.enable_x64(True):
-        run, recorded_floats = runner(meta, arrays)
         checks, evaluated = [], []
         for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays, recorded_floats):
             got, _ = run(floats, None)
