@@ -10,6 +10,7 @@ Per fixture package (those ``fixtures/expected/status.toml`` marks "pass"; the f
 (b) tern warm: ``verify`` through the project's daemon, workers up, the TF recordings
     cached (made once per TF source version) but every JAX job run again (the replays
     and translated tests, i.e. the part that changes while one edits a translation);
+(b') the same with ``--no-search`` (``search_rounds = 0``): the quick check between edits;
 (c) tern cached: ``verify`` again with nothing changed.
 
 Prints per package and the median over packages, the ratios (a)/(b) (target >= 50x)
@@ -98,10 +99,16 @@ async def tern_runs(names: list[str], project: Path) -> dict:
             started = time.perf_counter()
             warm = await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=warm_cache, config=VerifyConfig()).verify()
             warm_s = time.perf_counter() - started
+            quick_cache = Cache(state)
+            quick_cache.skip_kinds = {"replay", "tests"}
+            started = time.perf_counter()
+            await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=quick_cache,
+                                  config=VerifyConfig(search_rounds=0)).verify()
+            quick_s = time.perf_counter() - started
             started = time.perf_counter()
             cached = await PackageVerifier(FIXTURES / name, EXPECTED / name, runner=runner, cache=Cache(state), config=VerifyConfig()).verify()
             cached_s = time.perf_counter() - started
-            results[name] = {"warm": (warm_s, warm), "cached": (cached_s, cached)}
+            results[name] = {"warm": (warm_s, warm), "quick": quick_s, "cached": (cached_s, cached)}
         status = await runner.status()
     results["_status"] = status
     return results
@@ -137,25 +144,29 @@ def main() -> int:
         server_pid = tern_status.get("pid")
         tern_peak = tree_peak_mb(server_pid) if server_pid else float("nan")
         subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(project)], capture_output=True)
-    print(f"{'package':26} {'naive s':>8} {'warm s':>8} {'cached ms':>10} {'naive/warm':>10}  same results  warm: worker s per phase")
-    ratios, cached_ms = [], []
+    print(f"{'package':26} {'naive s':>8} {'warm s':>8} {'cached ms':>10} {'naive/warm':>10} {'no search':>10}  same results"
+          "  warm: worker s per phase")
+    ratios, quick_ratios, cached_ms = [], [], []
     for name in names:
         total, tf_out, jax_out = naive_rows[name]
         warm_s, warm = runs[name]["warm"]
         cached_s, cached = runs[name]["cached"]
         same = _same(tf_out, jax_out, warm) and _same(tf_out, jax_out, cached)
         ratios.append(total / warm_s)
+        quick_ratios.append(total / runs[name]["quick"])
         cached_ms.append(cached_s * 1000)
         phases = " ".join(f"{k} {v:.2f}" for k, v in warm.phases.items() if v)
-        print(f"{name:26} {total:8.2f} {warm_s:8.3f} {cached_s * 1000:10.1f} {total / warm_s:9.1f}x  {str(same):12}  {phases}")
+        print(f"{name:26} {total:8.2f} {warm_s:8.3f} {cached_s * 1000:10.1f} {total / warm_s:9.1f}x "
+              f"{quick_ratios[-1]:9.1f}x  {str(same):12}  {phases}")
     searched = sum(1 for name in names for row in runs[name]["warm"][1].rows for case in row.cases if case.get("search"))
     search_s = sum(runs[name]["warm"][1].phases.get("search", 0.0) for name in names)
     if searched:
-        print(f"search beyond the probes (warm, run again): {searched} layer cases, {search_s:.2f} s in the workers, "
+        print(f"search beyond the probes (warm, run again): {searched} cases, {search_s:.2f} s in the workers, "
               f"{search_s / searched * 1000:.0f} ms per case")
     median_ratio, median_cached = statistics.median(ratios), statistics.median(cached_ms)
     print(f"median: naive/warm {median_ratio:.1f}x (target >= {TARGET_WARM:g}x: {'met' if median_ratio >= TARGET_WARM else 'NOT met'}); "
           f"cached {median_cached:.1f} ms per package (target <= {TARGET_CACHED_MS:g} ms: {'met' if median_cached <= TARGET_CACHED_MS else 'NOT met'})")
+    print(f"median with --no-search (the search skipped, as between edits): naive/warm {statistics.median(quick_ratios):.1f}x")
     print(f"peak memory: naive {naive_peak:.0f} MB (largest single pytest process); tern {tern_peak:.0f} MB (daemon and all its workers)")
     return 0
 

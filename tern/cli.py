@@ -321,7 +321,7 @@ def _executor(project: Path, kind: Optional[str], address: Optional[str]):
 
 
 def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Optional[int], json_path: Optional[Path],
-            executor=None) -> int:
+            executor=None, search: Optional[bool] = None) -> int:
     import anyio
 
     from tern.verify import cli as verify_cli
@@ -332,7 +332,7 @@ def _verify(targets, *, project: Path, daemon: str, use_cache: bool, workers: Op
 
     reports, info = anyio.run(lambda: verify_cli.verify_targets(
         targets, project=project, daemon=daemon, use_cache=use_cache, workers=workers, progress=progress,
-        executor=executor))
+        executor=executor, search=search))
     return verify_cli.finish(reports, info, targets, json_path, out)
 
 
@@ -342,6 +342,7 @@ def verify(
     original: Optional[Path] = typer.Option(None, "--original", help="The TF package PATH was translated from (default: from the migrate report)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Where to write the JSON report (default: beside PATH)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every job again; do not read cached results."),
+    search: Optional[bool] = typer.Option(None, "--search/--no-search", help="The gradient-ascent search beyond the probes (default: [tool.tern.verify] search_rounds, on); --no-search for a quick check while editing."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
     executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from [tool.tern.executor])."),
@@ -360,7 +361,7 @@ def verify(
         targets = find_targets(path, original)
         config = _executor(project or Path.cwd(), executor, address)
         code = _verify(targets, project=project or Path.cwd(), daemon=daemon, use_cache=not no_cache, workers=workers,
-                       json_path=json_path, executor=config)
+                       json_path=json_path, executor=config, search=search)
     except (TargetError, ConfigError, ValueError, RayUnavailable) as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2)

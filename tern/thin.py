@@ -24,7 +24,7 @@ CONSOLE_ENV = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
 
 _OPTIONS = {"--original": "original", "--json": "json", "--daemon": "daemon", "--workers": "workers",
             "--executor": "executor", "--project": "project"}
-_FLAGS = {"--no-cache": "no_cache"}
+_FLAGS = {"--no-cache": "no_cache", "--no-search": "no_search"}
 
 
 def parse_verify(argv: list[str]) -> dict[str, Any] | None:

@@ -115,10 +115,10 @@ def _package(root: Path, name: str, layers: str, test: str) -> Path:
     return package
 
 
-def _verify(project: Path, translated: Path, original: Path) -> dict:
+def _verify(project: Path, translated: Path, original: Path, *extra: str) -> dict:
     out = project / "report.json"
     run = subprocess.run([sys.executable, "-m", "tern", "verify", str(translated), "--original", str(original),
-                          "--daemon", "never", "--json", str(out)], cwd=project, capture_output=True, text=True,
+                          "--daemon", "never", "--json", str(out), *extra], cwd=project, capture_output=True, text=True,
                          timeout=600)
     assert out.exists(), run.stdout + run.stderr
     return json.loads(out.read_text())
@@ -197,6 +197,10 @@ def test_a_wrong_axis_only_the_search_sees_is_a_mismatch_with_its_input_saved(pr
     assert center["status"] == "match" and "search" not in center
     assert not any("search" in p["name"] for p in center["probes"])
     (root / "pyproject.toml").write_text("[tool.tern.verify]\n")
+    # so does --no-search, whatever the config says (a quick check between edits)
+    quick = _verify(root, translated, original, "--no-search")
+    (center,) = _cases(quick, "centering.layers:Center")
+    assert center["status"] == "match" and "search" not in center
 
 
 def test_the_residual_is_scaled_by_the_tolerance_and_a_non_finite_value_is_infinitely_off():

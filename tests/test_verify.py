@@ -607,9 +607,9 @@ def imported(proc: subprocess.CompletedProcess) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
-@pytest.mark.parametrize("copy, code", [("good", 0), ("broken", 1)])
-def test_thin_verify_is_answered_by_the_daemon_as_the_cli_would(project, loop, copy, code):
-    args = ("verify", f"loop/{copy}/custom_dense", "--original", ORIGINAL, "--json", f"loop/{copy}.json")
+@pytest.mark.parametrize("copy, code, extra", [("good", 0, ()), ("broken", 1, ()), ("good", 0, ("--no-search",))])
+def test_thin_verify_is_answered_by_the_daemon_as_the_cli_would(project, loop, copy, code, extra):
+    args = ("verify", f"loop/{copy}/custom_dense", "--original", ORIGINAL, "--json", f"loop/{copy}.json", *extra)
     full = tern_timed(project, *args, full=True)
     thin = tern_timed(project, *args)
     assert "tern.thin" in imported(thin) and not {"tern.cli", "typer", "rich", "libcst"} & imported(thin), thin.stderr[-3000:]
@@ -618,6 +618,9 @@ def test_thin_verify_is_answered_by_the_daemon_as_the_cli_would(project, loop, c
     assert thin.stdout == full.stdout and f"report loop/{copy}.json" in thin.stdout
     report = json.loads((project / "loop" / f"{copy}.json").read_text())
     assert report["run"]["daemon"] and report["run"]["cache_misses"] == 0
+    cases = [c for package in report["packages"] for row in package["rows"] for c in row.get("cases", [])]
+    if copy == "good":  # searched by default; --no-search: nothing searched
+        assert cases and any("search" in c for c in cases) != bool(extra)
 
 
 @pytest.mark.parametrize("argv", [["out", "--daemon", "never"], ["out", "--executor", "ray"], ["out", "--help"],

@@ -113,16 +113,18 @@ def _targets(path: str, original: str | None) -> list[Any]:
         raise BadInput(str(exc)) from None
 
 
-async def verify(path: str, original: str | None = None, module: str | None = None, use_cache: bool = True, *,
-                 project: Path, daemon: str) -> dict[str, Any]:
+async def verify(path: str, original: str | None = None, module: str | None = None, use_cache: bool = True,
+                 search: bool = True, *, project: Path, daemon: str) -> dict[str, Any]:
     """Verify a translated package (or a directory of them), as ``tern verify`` does;
     with ``module``, answer for that module alone (the package's other jobs come from
-    the cache when they are there)."""
+    the cache when they are there). ``search=False`` skips the gradient-ascent search
+    beyond the probes: a quicker check between edits (search before calling it done)."""
     from tern.verify.cli import verify_targets
     from tern.verify.report import problem_lines
 
     targets = _targets(path, original)
-    reports, info = await verify_targets(targets, project=project, daemon=daemon, use_cache=use_cache, workers=None)
+    reports, info = await verify_targets(targets, project=project, daemon=daemon, use_cache=use_cache, workers=None,
+                                         search=None if search else False)
     rows = [_row_answer(row) for report in reports for row in report.rows]
     if module is not None:
         rows = [row for row in rows if row["module"] == module]

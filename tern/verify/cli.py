@@ -106,18 +106,24 @@ def problems(reports: list[PackageReport]) -> list[str]:
 
 
 async def verify_targets(targets: list[Target], *, project: Path, daemon: str, use_cache: bool,
-                         workers: int | None, progress: Any = None, executor: Any = None) -> tuple[list[PackageReport], dict]:
-    """``executor``: an ``ExecutorConfig`` (None: this machine's pool, through the daemon per ``daemon``)."""
+                         workers: int | None, progress: Any = None, executor: Any = None,
+                         search: bool | None = None) -> tuple[list[PackageReport], dict]:
+    """``executor``: an ``ExecutorConfig`` (None: this machine's pool, through the daemon per ``daemon``);
+    ``search``: False skips the search beyond the probes whatever the config says (``verify_with``)."""
     from tern.sandbox.executor import open_executor
 
     # no writable roots: verification jobs write only their scratch (recordings are moved by the sandbox)
     async with open_executor(project, executor, daemon=daemon, workers=workers) as runner:
-        return await verify_with(runner, targets, project=project, use_cache=use_cache, progress=progress)
+        return await verify_with(runner, targets, project=project, use_cache=use_cache, progress=progress, search=search)
 
 
 async def verify_with(runner: Any, targets: list[Target], *, project: Path, use_cache: bool,
-                      progress: Any = None) -> tuple[list[PackageReport], dict]:
-    """Verify ``targets`` with jobs run by ``runner`` (a client's, or the daemon's own Sandbox)."""
+                      progress: Any = None, search: bool | None = None) -> tuple[list[PackageReport], dict]:
+    """Verify ``targets`` with jobs run by ``runner`` (a client's, or the daemon's own Sandbox).
+    ``search=False`` (``--no-search``): no search beyond the probes, for a quick check inside an
+    edit loop (it is most of a warm run's worker time); None: as the config says."""
+    import dataclasses
+
     from tern.sandbox.daemon import find_project
     from tern.verify.cache import Cache
     from tern.verify.config import load_config
@@ -130,8 +136,11 @@ async def verify_with(runner: Any, targets: list[Target], *, project: Path, use_
         async with anyio.create_task_group() as group:
             for index, target in enumerate(targets):
                 async def one(index=index, target=target) -> None:
+                    config = load_config(target.original)
+                    if search is False:
+                        config = dataclasses.replace(config, search_rounds=0)
                     verifier = PackageVerifier(target.original, target.translated, runner=runner, cache=cache,
-                                               config=load_config(target.original), progress=progress)
+                                               config=config, progress=progress)
                     reports[index] = await verifier.verify()
                     if progress:
                         progress(f"{target.original.name}: {reports[index].status}")

@@ -77,7 +77,7 @@ async def answer_verify(request: dict[str, Any], runner: Any, emit: Callable[[st
         if load_executor(project, args.get("executor")).kind != "local":
             return {"fallback": "the executor is not this machine's pool"}
         reports, info = await verify_with(runner, targets, project=project, use_cache=not args.get("no_cache"),
-                                          progress=progress)
+                                          progress=progress, search=False if args.get("no_search") else None)
         code = finish(reports, info, targets, Path(args["json"]) if args.get("json") else None, out, cwd=cwd)
     except (TargetError, ConfigError, ValueError) as exc:
         err_buffer.write(f"error: {exc}\n")
