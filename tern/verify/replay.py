@@ -44,6 +44,7 @@ from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import probe_checks
 from tern.verify.replay_config import replay_config_case
 from tern.verify.replay_functions import replay_function_case
+from tern.verify.search import searchable
 from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
 def call_kwargs(module: Any, kwargs: dict) -> dict:
@@ -67,7 +68,15 @@ def call_kwargs(module: Any, kwargs: dict) -> dict:
 
 def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: int = 6144,
                 reference: Path | None = None) -> dict:
+    """The case's result, with why it cannot be searched beyond its probes ("" when it can:
+    ``search.searchable``), told here where the recording is read anyway, so a cached run
+    decides what to search without reading the recording again."""
     meta, arrays = read_case(directory, name)
+    return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference), "not_searchable": searchable(meta, arrays)}
+
+
+def _replayed(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,
+              reference: Path | None) -> dict:
     if meta.get("kind") == "function":
         return replay_function_case(meta, arrays, tolerance)
     if meta.get("kind") == "config":

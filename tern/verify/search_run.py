@@ -17,20 +17,13 @@ from typing import Any
 
 from tern.status import Status
 from tern.verify import keys
-from tern.verify.arrays import read_case
-from tern.verify.search import searchable
 
 
-def searched_ids(cases: list[dict], recording_dir: str) -> list[str]:
-    """The replayed cases to search: equal on every value, and searchable (``search.searchable``)."""
-    found = []
-    for case in cases:
-        if case.get("status") != Status.MATCH or not case.get("probes") or case.get("eager"):
-            continue
-        meta, arrays = read_case(Path(recording_dir), case["id"])
-        if not searchable(meta, arrays):
-            found.append(case["id"])
-    return found
+def searched_ids(cases: list[dict]) -> list[str]:
+    """The replayed cases to search: equal on every value, and searchable (the replay told,
+    ``replay.replay_case``)."""
+    return [case["id"] for case in cases if case.get("status") == Status.MATCH and case.get("probes")
+            and not case.get("eager") and case.get("not_searchable") == ""]
 
 
 def saved_points(state_dir: Path, ident: str) -> list[str]:
@@ -42,7 +35,7 @@ async def search_module(verifier: Any, module: str, value: dict, recording_dir: 
                         tf_root: Path, closure: str) -> dict:
     """``value`` (the module's replay result) with its searched cases' findings merged in."""
     rounds = verifier.config.search_rounds
-    ids = searched_ids(value.get("cases", []), recording_dir) if rounds > 0 and recording_dir else []
+    ids = searched_ids(value.get("cases", [])) if rounds > 0 and recording_dir else []
     if not ids:
         return value
     cases = {c["id"]: c for c in value["cases"]}
