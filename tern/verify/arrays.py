@@ -122,6 +122,16 @@ def read_case(directory: Path, name: str) -> tuple[dict, Any]:
     return meta, arrays
 
 
+def replaced(arrays: Any, positions: list[int], values: list) -> dict:
+    """A recording's arrays (an ``.npz`` or a dict, by ``a<i>`` name) with those at
+    ``positions`` replaced by ``values`` (arrays, tensors or tracers), for ``unpack``: a
+    recorded call made again on moved float arguments."""
+    moved = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+    for at, value in zip(positions, values):
+        moved[f"a{at}"] = value
+    return moved
+
+
 def origin_target(origin: dict) -> Any:
     """The class or function a recorded ``origin`` names, imported from whichever package is on
     the path (the translation in a JAX worker, the original in a TF one)."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tern.status import Status
-from tern.verify.arrays import array_paths, origin_target, unpack
+from tern.verify.arrays import array_paths, origin_target, replaced, unpack
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
@@ -60,9 +60,7 @@ def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> 
     import jax
 
     def run(floats: list) -> list:
-        moved = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
-        for at, array in zip(probe["float_at"], floats):
-            moved[f"a{at}"] = np.asarray(array)
+        moved = replaced(arrays, probe["float_at"], [np.asarray(array) for array in floats])
         return [np.asarray(leaf) for leaf in call_function(meta, moved, key)]
 
     def run64(floats: list) -> list:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import origin_target, pack, read_case, unpack, write_case
+from tern.verify.arrays import origin_target, pack, read_case, replaced, unpack, write_case
 from tern.verify.probes import judged_leaves
 from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
 from tern.verify.search import next_points
@@ -75,13 +75,11 @@ def _keras_function(meta: dict, arrays: Any) -> Callable:
 
     function = origin_target(meta["origin"])
     float_at = meta["probes"][0]["float_at"]
-    base = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+    loaded = replaced(arrays, [], [])  # read once
 
     def call(floats: list[np.ndarray], cotangents: list | None) -> tuple[Any, list]:
         tensors = [tf.constant(a) for a in floats]
-        moved = dict(base)
-        for at, tensor in zip(float_at, tensors):
-            moved[f"a{at}"] = tensor
+        moved = replaced(loaded, float_at, tensors)
         call_args, call_kwargs = unpack(meta["inputs"], moved, lambda a: a if tf.is_tensor(a) else tf.constant(a))
         return _traced(lambda: function(*call_args, **call_kwargs), tensors, floats, cotangents)
 

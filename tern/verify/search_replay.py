@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import array_paths, pack, read_case, unpack, write_case
+from tern.verify.arrays import array_paths, pack, read_case, replaced, unpack, write_case
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
@@ -125,14 +125,11 @@ def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
     import jax.numpy as jnp
 
     float_at = meta["probes"][0]["float_at"]
-    base = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+    loaded = replaced(arrays, [], [])  # read once
     key = 0 if needs_key(meta, arrays) else None
 
     def outputs_at(floats: list) -> list:
-        moved = dict(base)
-        for at, value in zip(float_at, floats):
-            moved[f"a{at}"] = value
-        return call_function(meta, moved, key)
+        return call_function(meta, replaced(loaded, float_at, floats), key)
 
     def outputs_of(*floats: Any) -> list:
         return outputs_at(list(floats))
