@@ -142,28 +142,25 @@ class PackageVerifier:
     async def replay(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> JobAnswer:
         """Replay ``module``'s cases; those that fail on values alone, beyond the translation's
         float32 rounding, are replayed again against a Keras float64 reference (``reference.py``)."""
-        value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "")
+        path = keys.module_file(jax_root / self.package, self.package, module)
+        closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"  # once: it reads files
+        value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "", closure)
         wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get("wants_reference")]
         reference = await self.reference(recording_dir, wanting) if wanting else ""
         if reference:
             again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
-                                                         jax_root, reference)
+                                                         jax_root, reference, closure)
             if again is not None and not again.get("import_error"):  # else the first verdict stands
                 judged = {c["id"]: c for c in again["cases"]}
                 value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
         if value is None or value.get("import_error"):
             return JobAnswer(value, failure, hit)
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
-        value = await search_module(self, module, value, recording_dir, jax_root, tf_root, self._closure(module, jax_root))
+        value = await search_module(self, module, value, recording_dir, jax_root, tf_root, closure)
         return JobAnswer(value, failure, hit)
 
-    def _closure(self, module: str, jax_root: Path) -> str:
-        path = keys.module_file(jax_root / self.package, self.package, module)
-        return keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"
-
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
-                          reference: str) -> JobAnswer:
-        closure = self._closure(module, jax_root)
+                          reference: str, closure: str) -> JobAnswer:
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"]),
                           "reference": reference} for c in cases]
         key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,
