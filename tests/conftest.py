@@ -1,4 +1,4 @@
-"""Suite-wide scheduling: the slowest modules first.
+"""Suite-wide scheduling (the slowest modules first) and one XLA compilation cache for the suite.
 
 ``pytest -n 2 --dist loadfile`` hands whole files to workers in collection order; a
 several-minute module collected last would run alone at the end. Moving the slow ones to
@@ -8,10 +8,18 @@ Code these tests translate and run in-process imports its support definitions fr
 ``_keras_compat``, as a translated package imports its generated support module; here tern's
 support package stands in for it (tests/test_support_module.py shows the generated module
 copies those definitions exactly).
+
+Many tests verify the same bundled packages, each in its own project. Their sandboxes share one
+XLA compilation cache (``TERN_JAX_CACHE``, made here once per run, before xdist starts its
+workers, which inherit it), so a translation compiled by one test is loaded by the next instead
+of compiled again. Tern's own result cache stays per project: every test still runs every job.
 """
 
 import importlib
+import os
+import shutil
 import sys
+import tempfile
 import types
 
 
@@ -33,6 +41,20 @@ SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py"
 
 #: packages the tests verify (their own TF tests run inside the sandbox, not in this suite)
 collect_ignore = ["training_data"]
+
+
+_SHARED_JAX_CACHE: list[str] = []  # made by this process, removed at its end
+
+
+def pytest_configure(config):
+    if not os.environ.get("TERN_JAX_CACHE"):  # an xdist worker inherits the controller's
+        os.environ["TERN_JAX_CACHE"] = tempfile.mkdtemp(prefix="tern-tests-jax-cache-")
+        _SHARED_JAX_CACHE.append(os.environ["TERN_JAX_CACHE"])
+
+
+def pytest_unconfigure(config):
+    for path in _SHARED_JAX_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -93,6 +93,19 @@ def test_levels_reported():
     print(f"isolation levels available: {AVAILABLE}; unavailable: {UNAVAILABLE}")
 
 
+def test_jax_workers_compile_into_the_shared_cache_when_one_is_set(sandbox, monkeypatch):
+    shared = Path(os.environ["TERN_JAX_CACHE"])  # set for the whole suite by conftest.py
+    before = set(shared.iterdir())
+    snippet = ("import jax, jax.numpy as jnp; dir = jax.config.jax_compilation_cache_dir; "
+               f"jax.jit(lambda x: jnp.sin(x) * {time.time_ns() % 10**6}.5)(jnp.ones(3)).block_until_ready(); result = dir")
+    result = sandbox.run(code(snippet))
+    assert result.ok and result.value == {"result": repr(str(shared))}, result.error
+    assert set(shared.iterdir()) - before  # the new computation was written there
+    assert not (sandbox.sandbox.state_dir / "jax-cache").exists()
+    monkeypatch.delenv("TERN_JAX_CACHE")
+    assert sandbox.sandbox.jax_cache == sandbox.sandbox.state_dir / "jax-cache"  # the default: the project's own
+
+
 def test_echo_and_status(sandbox):
     result = sandbox.run(Job("jax", "tern.sandbox.tasks:echo", {"x": [1, 2]}))
     assert result.ok and result.value["x"] == [1, 2] and result.value["kind"] == "jax"

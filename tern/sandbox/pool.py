@@ -39,6 +39,9 @@ from tern.sandbox.worker import JOB_OUTPUT, remove_path
 # tf_keras: TensorFlow with legacy Keras 2 as tf.keras; jax_tfdata: JAX plus TensorFlow for
 # tf.data input pipelines (Keras unimportable), for translations that keep tf.data
 KINDS = ("tf", "tf_keras", "jax", "jax_tfdata")
+#: a directory for XLA's compilation cache shared between projects (CI, a test suite), read where the
+#: sandbox runs: the daemon's environment, when verify goes through the daemon
+JAX_CACHE_ENV = "TERN_JAX_CACHE"
 _TERN_ROOT = str(Path(__file__).resolve().parents[2])  # the worker runs this same tern
 # Under the state directory, the only place a writable root reaches: ``tern weights`` stages
 # a port in weights/<id>/ (verify/weights_cmd.py, which asks for the whole state directory).
@@ -93,7 +96,7 @@ class Sandbox:
 
     async def __aenter__(self) -> "Sandbox":
         self.level = await anyio.to_thread.run_sync(isolation.detect, self._requested)
-        for path in (self._scratch, self._jax_cache, *self.job_roots):
+        for path in (self._scratch, self.jax_cache, *self.job_roots):
             path.mkdir(parents=True, exist_ok=True)
         procfs.kill_orphans(f"{self._scratch}{os.sep}")  # left by a tern killed mid start-up
         self._tg = anyio.create_task_group()
@@ -120,8 +123,11 @@ class Sandbox:
         return self.state_dir / "scratch"
 
     @property
-    def _jax_cache(self) -> Path:
-        return self.state_dir / "jax-cache"
+    def jax_cache(self) -> Path:
+        """XLA's compilation cache: the project's own, or one that projects share (``TERN_JAX_CACHE``,
+        for projects that trust each other: sandboxed code writes it, and the others load it)."""
+        shared = os.environ.get(JAX_CACHE_ENV, "").strip()
+        return Path(shared).resolve() if shared else self.state_dir / "jax-cache"
 
     async def run(self, job: Job) -> JobResult:
         """Run ``job`` on a free worker of its kind; safe to call from many tasks at once."""
@@ -276,10 +282,10 @@ class Sandbox:
             raise StartFailed("the sandbox is closed")
         root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
         worker_kind, keras = ("tf", "tf_keras") if name == "tf_keras" else (name, self.keras)
-        argv = [*isolation.launcher(self.level, writable=[root, self._jax_cache, *self.job_roots],
+        argv = [*isolation.launcher(self.level, writable=[root, self.jax_cache, *self.job_roots],
                                     readonly=self.protected),
                 sys.executable, "-m", "tern.sandbox.worker", "--kind", worker_kind, "--scratch-root", str(root),
-                "--keras", keras, "--jax-cache", str(self._jax_cache)]
+                "--keras", keras, "--jax-cache", str(self.jax_cache)]
         if isolation.pid_namespace(self.level):
             argv.append("--pid-namespace")
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
