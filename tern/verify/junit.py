@@ -60,6 +60,7 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bo
     code = pytest.main([
         *(select or files), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
+        "-W", "ignore::pytest.PytestAssertRewriteWarning",  # plugins the worker imported at start-up
     ], plugins=[lines] if lines is not None else [])
     tests, details = junit_outcomes(junit, lines.found if lines is not None else None) if junit.exists() else ({}, {})
     return {"exit": int(code), "tests": tests, "details": details}
