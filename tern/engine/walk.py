@@ -1,0 +1,169 @@
+"""Read-only walks over a LibCST tree that do not rebuild it.
+
+``node.visit(visitor)`` rebuilds every node of the subtree, even for a ``CSTVisitor`` that
+changes nothing, and ``libcst.matchers.findall`` walks that way: on the engine's hot paths
+the rebuilding was most of the time. These read a node's children straight off its fields,
+in the order LibCST itself visits them, so visitors and matchers see exactly the nodes, in
+exactly the order, they would have seen. Transformers (which return new trees) still use
+``node.visit``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from typing import Callable, Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+#: per node type, its child fields in visit order (None: ask LibCST, ``node.children``)
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+_VISITS = re.compile(r"visit_[a-z_]+")
+
+
+def _written_order(kind: type) -> tuple[str, ...] | None:
+    """The fields ``kind._visit_and_replace_children`` passes to LibCST's ``visit_*`` helpers, in
+    the order it passes them. Read from its source, since some fields are visited only when set
+    (``FormattedStringExpression.format_spec``); and the order is not always the dataclass'
+    (``Call`` visits ``lpar`` before ``func``)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(kind._visit_and_replace_children))
+    except (OSError, TypeError):
+        return None
+    calls = [
+        call for call in ast.walk(ast.parse(source))
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and _VISITS.fullmatch(call.func.id)
+        and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)
+    ]
+    calls.sort(key=lambda call: (call.lineno, call.col_offset))
+    return tuple(dict.fromkeys(call.args[1].value for call in calls))
+
+
+class _FieldOrder(cst.CSTVisitor):
+    """The fields LibCST's visit announces for one node, in order."""
+
+    def __init__(self, root: cst.CSTNode):
+        self.root = root
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node is self.root
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        pass
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        if node is self.root and attribute not in self.fields:
+            self.fields.append(attribute)
+
+    def on_leave_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+def _learn(node: cst.CSTNode) -> tuple[str, ...] | None:
+    """Once per node type: the written order, checked against what LibCST's own visit of this
+    node announces (one shallow rebuild). Where they disagree LibCST is asked for every node."""
+    order = _written_order(type(node))
+    if order is not None:
+        recorder = _FieldOrder(node)
+        node.visit(recorder)
+        seen = iter(order)
+        if not all(name in seen for name in recorder.fields):  # a subsequence, in order
+            order = None
+    _FIELDS[type(node)] = order
+    return order
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node.children`` without the rebuild: the same nodes, in lexical order."""
+    kind = type(node)
+    fields = _FIELDS[kind] if kind in _FIELDS else _learn(node)
+    if fields is None:
+        return list(node.children)
+    out: list[cst.CSTNode] = []
+    for name in fields:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif value is not None and not isinstance(value, cst.MaybeSentinel):
+            out.extend(value)
+    return out
+
+
+def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``root`` and every node below it, in pre-order (the order a visitor meets them)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        below = children(node)
+        below.reverse()
+        stack.extend(below)
+
+
+# visit_Call_func and the like: called between fields, which ``walk`` does not do
+_ATTRIBUTE_HOOK = re.compile(r"(visit|leave)_[A-Z][A-Za-z]*_[a-z_]+")
+
+
+def _needs_attribute_hooks(visitor: cst.CSTVisitor) -> bool:
+    for kind in type(visitor).__mro__:
+        if kind is cst.CSTVisitor:
+            return False
+        for name in vars(kind):
+            if name in ("on_visit_attribute", "on_leave_attribute") or _ATTRIBUTE_HOOK.fullmatch(name):
+                return True
+    return False
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """``node.visit(visitor)`` for a read-only visitor: the same ``on_visit``/``on_leave`` calls in
+    the same order, nothing rebuilt. A visitor with per-field hooks gets LibCST's own visit."""
+    if _needs_attribute_hooks(visitor):
+        node.visit(visitor)
+    else:
+        _walk(node, visitor)
+
+
+def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    if visitor.on_visit(node):
+        for child in children(node):
+            _walk(child, visitor)
+    visitor.on_leave(node)
+
+
+def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
+    """The node type names ``matcher`` can match (None: any). A plain node matcher such as
+    ``m.Call(...)`` matches only nodes whose class has its name (LibCST compares the names)."""
+    if isinstance(matcher, (m.OneOf, m.TypeOf)):
+        kinds = [_node_types(option) for option in matcher.options]
+        return None if any(k is None for k in kinds) else frozenset().union(*kinds)
+    if isinstance(matcher, m.AllOf) or type(matcher).__module__ != m.__name__:
+        return None
+    return frozenset((type(matcher).__name__,))
+
+
+def _test(matcher) -> Callable[[cst.CSTNode], bool] | None:
+    """How ``libcst.matchers.findall`` decides one node, or None where that is not proven the same."""
+    if isinstance(matcher, m.MatchIfTrue):
+        return lambda node: bool(matcher.func(node))
+    if not isinstance(matcher, m.BaseMatcherNode):
+        return None  # DoesNotMatch, SaveMatchedNode, metadata matchers: LibCST's own findall
+    kinds = _node_types(matcher)
+    if kinds is None:
+        return lambda node: m.matches(node, matcher)
+    return lambda node: type(node).__name__ in kinds and m.matches(node, matcher)
+
+
+def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher) -> list[cst.CSTNode]:
+    """``libcst.matchers.findall(tree, matcher)``: the same nodes in the same order (pre-order, the
+    root included), found without rebuilding the tree and trying the matcher only on nodes of a type
+    it can match."""
+    if isinstance(tree, (cst.MaybeSentinel, cst.RemovalSentinel)):
+        return []
+    test = _test(matcher) if isinstance(tree, cst.CSTNode) else None
+    if test is None:
+        return list(m.findall(tree, matcher))
+    return [node for node in nodes(tree) if test(node)]
