@@ -32,6 +32,7 @@ from tern.engine.package import class_masks
 from tern.engine.render import commas
 from tern.engine.results import code
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")
 STATE = "implicit_masks"
@@ -173,7 +174,7 @@ class _Flow:
         if isinstance(target, cst.Name):
             name = target.value
             for other, held in list(self.masks.items()):
-                if held is not UNKNOWN and any(n.value == name for n in m.findall(held, m.Name())):
+                if held is not UNKNOWN and any(n.value == name for n in findall(held, m.Name())):
                     self.masks[other] = UNKNOWN  # the mask's name now holds something else
             if mask is None:
                 self.masks.pop(name, None)

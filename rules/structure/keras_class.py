@@ -28,6 +28,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
@@ -68,7 +69,7 @@ def _layers_made_inline(ctx, call: cst.FunctionDef) -> str:
     """Whether ``call`` constructs and calls Keras layers in place: "" (no), "stateless" (all
     parameter-free) or "weighted" (a Dense made in ``call`` has new weights on every Keras call:
     no Flax module means that)."""
-    records = [ctx.tables.layers.get(ctx.resolve(c.func.func) or "") for c in m.findall(call, m.Call(func=m.Call()))]
+    records = [ctx.tables.layers.get(ctx.resolve(c.func.func) or "") for c in findall(call, m.Call(func=m.Call()))]
     records = [r for r in records if r is not None]
     if not records:
         return ""
@@ -306,10 +307,10 @@ _LIST_MUTATORS = frozenset({"append", "insert", "extend", "pop", "remove", "sort
 def _mutated(body: cst.CSTNode, names: set[str]) -> set[str]:
     """Parameters ``body`` changes in place (``thresholds.insert(0, x)``, ``sizes[0] = 1``)."""
     out: set[str] = set()
-    for call in m.findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+    for call in findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
         if call.func.value.value in names and call.func.attr.value in _LIST_MUTATORS:
             out.add(call.func.value.value)
-    for target in m.findall(body, m.AssignTarget(target=m.Subscript(value=m.Name()))):
+    for target in findall(body, m.AssignTarget(target=m.Subscript(value=m.Name()))):
         if target.target.value.value in names:
             out.add(target.target.value.value)
     return out
@@ -521,7 +522,7 @@ class KerasClassRule(Rule):
                          "build it in a local and assign it once")
         if lists:
             out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
-        if any(m.findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
+        if any(findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
             checks = FrozenDictChecks(lambda: ctx.target_name("flax.core.FrozenDict"))
             out_methods = [s.visit(checks) if isinstance(s, cst.FunctionDef) else s for s in out_methods]
         resolved = _resolved_once(setup)
@@ -633,7 +634,7 @@ def _factory_names(ctx, body: cst.BaseSuite) -> set[str]:
     (``ConvBlock = DarknetConvBlockDepthwise if use_depthwise else DarknetConvBlock``)."""
     package = ctx.package
     names = set(package.sequential_factories) | set(package.factories) | set(package.model_builders)
-    for assign in m.findall(body, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())):
+    for assign in findall(body, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())):
         branches = (assign.value.body, assign.value.orelse)
         if all(isinstance(b, cst.Name) and b.value in names for b in branches):
             names.add(assign.targets[0].target.value)
@@ -758,10 +759,10 @@ def _derived_value(stmt: cst.CSTNode, params: set[str], body: list) -> tuple[str
     names = {n.value for n in _names_read(value)}
     if attr is None or not names <= params | _BUILTINS or SELF in names:
         return None, None
-    stores = sum(len(m.findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(m.findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(m.findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
-                 len(m.findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
+    stores = sum(len(findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
+                 len(findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
                  for s in body)
     return (attr, value) if stores == 1 else (None, None)
 

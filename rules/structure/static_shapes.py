@@ -26,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern_rules.structure.input_gradient_tape import stores
 
 SHAPE = frozenset({"tensorflow.shape"})
@@ -227,8 +228,8 @@ def _compound(stmt: cst.BaseCompoundStatement):
 
 def _bound(stmt: cst.CSTNode) -> set[str]:
     """Names a statement (re)binds: assignment and loop targets, walrus and ``as`` names."""
-    extra = m.findall(stmt, m.NamedExpr() | m.AsName())
-    return stores(stmt) | {n.value for e in extra for n in m.findall(e.target if isinstance(e, cst.NamedExpr) else e.name, m.Name())}
+    extra = findall(stmt, m.NamedExpr() | m.AsName())
+    return stores(stmt) | {n.value for e in extra for n in findall(e.target if isinstance(e, cst.NamedExpr) else e.name, m.Name())}
 
 
 def _header_bound(stmt: cst.BaseStatement) -> set[str]:
@@ -237,9 +238,9 @@ def _header_bound(stmt: cst.BaseStatement) -> set[str]:
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         return {stmt.name.value}
     if isinstance(stmt, cst.For):
-        return {n.value for n in m.findall(stmt.target, m.Name())}
+        return {n.value for n in findall(stmt.target, m.Name())}
     if isinstance(stmt, cst.With):
-        return {n.value for item in stmt.items if item.asname for n in m.findall(item.asname.name, m.Name())}
+        return {n.value for item in stmt.items if item.asname for n in findall(item.asname.name, m.Name())}
     return set()
 
 

@@ -30,6 +30,7 @@ from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Tod
 from tern.engine.rule import consumed_names, discover
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
+from tern.engine.walk import findall
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Translator(cst.CSTTransformer):
         """Activation values this file compares with ``==``/``is``: everywhere in the file they
         are written as one named definition, so the comparison means what it meant in TF."""
         out = set()
-        for comparison in m.findall(module, m.Comparison()):
+        for comparison in findall(module, m.Comparison()):
             for operand in (comparison.left, *(t.comparator for t in comparison.comparisons)):
                 name = self.ctx.resolve(operand) if isinstance(operand, (cst.Name, cst.Attribute)) else None
                 value = self.ctx.tables.value("activation", name) if name else None
