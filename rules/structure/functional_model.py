@@ -18,7 +18,7 @@ from tern.engine.context import LayerRef
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.names import short_name
 from tern.engine.rule import Rule
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 
 INPUTS = {"keras.Input", "keras.layers.Input"}
 MODELS = {"keras.Model", "keras.models.Model"}
@@ -35,7 +35,7 @@ def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
             if name in names:
                 found.add(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -304,7 +304,7 @@ def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:
             if m.matches(node.value, m.Name(var)):
                 found.append(node)
 
-    stmt.visit(V())
+    walk(stmt, V())
     return bool(found)
 
 

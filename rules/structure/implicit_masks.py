@@ -32,7 +32,7 @@ from tern.engine.package import class_masks
 from tern.engine.render import commas
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")
 STATE = "implicit_masks"
@@ -322,7 +322,7 @@ def _self_calls(cls: cst.ClassDef, exclude: cst.FunctionDef) -> set[str]:
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
                 found.add(func.attr.value)
 
-    cls.visit(V())
+    walk(cls, V())
     return found
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 
 
 def is_tape_with(stmt: cst.CSTNode) -> bool:
@@ -65,7 +65,7 @@ def stores(*nodes: cst.CSTNode) -> set[str]:
             return False
 
     for node in nodes:
-        node.visit(Visitor())
+        walk(node, Visitor())
     return out
 
 

@@ -28,7 +28,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
@@ -111,7 +111,7 @@ def _assignments(body: cst.CSTNode):
                             value = values[i].value if values is not None and len(values) == len(elements) else node.value
                             found.append((attr, value))
 
-    body.visit(V())
+    walk(body, V())
     return found
 
 
@@ -158,7 +158,7 @@ def _bind_loop_layers(fn: cst.FunctionDef, info: KerasClass, frame) -> None:
         def visit_FunctionDef(self, node) -> bool:
             return node is fn
 
-    fn.visit(V())
+    walk(fn, V())
 
 
 def _is_flax_module_call(value: cst.BaseExpression) -> bool:
@@ -265,7 +265,7 @@ def _self_attrs_used(node: cst.CSTNode) -> set[str]:
             if name is not None:
                 found.add(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -346,7 +346,7 @@ def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
             if isinstance(node.target, cst.Name) and node.target.value in names:
                 out.add(node.target.value)
 
-    body.visit(V())
+    walk(body, V())
     return out
 
 
@@ -844,17 +844,17 @@ def _names_read(node: cst.CSTNode) -> list[cst.Name]:
 
     class V(cst.CSTVisitor):
         def visit_Attribute(self, attr: cst.Attribute) -> bool:
-            attr.value.visit(self)  # ``x.attr``: x is read, attr is no name
+            walk(attr.value, self)  # ``x.attr``: x is read, attr is no name
             return False
 
         def visit_Arg(self, arg: cst.Arg) -> bool:
-            arg.value.visit(self)  # a keyword is no name
+            walk(arg.value, self)  # a keyword is no name
             return False
 
         def visit_Name(self, name: cst.Name) -> None:
             found.append(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -973,7 +973,7 @@ def _resolved_once(setup) -> dict[str, str]:
         def visit_Assign(self, node):
             stores.extend(a for a in (_self_attr(t.target) for t in node.targets) if a is not None)
 
-    setup.visit(_Collect())
+    walk(setup, _Collect())
     for node in setup.body.body:  # top-level statements: they run on every way through setup
         for small in getattr(node, "body", ()) if isinstance(node, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1:

@@ -26,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 from tern_rules.structure.input_gradient_tape import stores
 
 SHAPE = frozenset({"tensorflow.shape"})
@@ -250,22 +250,22 @@ def _reads(stmt: cst.CSTNode) -> set[str]:
 
     class V(cst.CSTVisitor):
         def visit_Attribute(self, node):
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
         def visit_Arg(self, node):
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
         def visit_AssignTarget(self, node):
             if not isinstance(node.target, cst.Name):
-                node.target.visit(self)  # x[i] = ..., x.a = ...: x is read
+                walk(node.target, self)  # x[i] = ..., x.a = ...: x is read
             return False
 
         def visit_Name(self, node):
             found.add(node.value)
 
-    stmt.visit(V())
+    walk(stmt, V())
     return found
 
 

@@ -20,6 +20,7 @@ from tern.features.tf_data.datasets import FileDatasets, parse_expression
 from tern.engine.results import code
 from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
+from tern.engine.walk import walk
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
@@ -47,14 +48,14 @@ def _names(node: cst.CSTNode) -> set[str]:
         def visit_Name(self, name: cst.Name) -> None:
             found.add(name.value)
 
-    node.visit(Collect())
+    walk(node, Collect())
     return found
 
 
 def _feeds_a_call(target: cst.BaseExpression, *body: cst.CSTNode) -> bool:
     passed = _Passed()
     for node in body:
-        node.visit(passed)
+        walk(node, passed)
     return bool(_names(target) & passed.names)
 
 

@@ -20,6 +20,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern_rules.testing import module_calls
 from tern.engine.nodes import holder
+from tern.engine.walk import walk
 
 SUPPORT = "keras_model_losses"
 REASON = ("Keras recomputes weight penalties from the current weights and keeps the terms of the last call; "
@@ -147,7 +148,7 @@ class _Flow:
                 if name.value == "self":
                     _stale_self(state)
 
-        node.visit(V())
+        walk(node, V())
 
 
 def _stale_self(state) -> None:

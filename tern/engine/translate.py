@@ -30,7 +30,7 @@ from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Tod
 from tern.engine.rule import consumed_names, discover
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
-from tern.engine.walk import findall
+from tern.engine.walk import findall, walk
 
 
 @dataclass
@@ -75,11 +75,11 @@ class _SourceRefs(cst.CSTVisitor):
         if name is not None:
             self.found.append(name)
         else:
-            node.value.visit(self)  # ``attr`` is a member name, never a reference
+            walk(node.value, self)  # ``attr`` is a member name, never a reference
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -571,16 +571,16 @@ class Translator(cst.CSTTransformer):
             target = node
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 for dec in node.decorators:
-                    dec.visit(refs)
+                    walk(dec, refs)
                 if isinstance(node, cst.FunctionDef):  # the header: annotations and defaults
-                    node.params.visit(refs)
+                    walk(node.params, refs)
                     if node.returns is not None:
-                        node.returns.visit(refs)
+                        walk(node.returns, refs)
                 if isinstance(node, cst.ClassDef):
                     for base in node.bases:
-                        base.visit(refs)
+                        walk(base, refs)
             else:
-                target.visit(refs)
+                walk(target, refs)
             covered = {t.construct for t in ctx.pending}
             for name in refs.found:
                 short = _short_name(name)
