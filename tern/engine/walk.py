@@ -19,16 +19,17 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-#: per node type, its child fields in visit order (None: ask LibCST, ``node.children``)
-_FIELDS: dict[type, tuple[str, ...] | None] = {}
+#: per node type, the function that lists its children (learnt on first sight, ``_learn``)
+_CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
 _VISITS = re.compile(r"visit_[a-z_]+")
 
 
-def _written_order(kind: type) -> tuple[str, ...] | None:
+def _written_fields(kind: type) -> dict[str, set[str]] | None:
     """The fields ``kind._visit_and_replace_children`` passes to LibCST's ``visit_*`` helpers, in
-    the order it passes them. Read from its source, since some fields are visited only when set
-    (``FormattedStringExpression.format_spec``); and the order is not always the dataclass'
-    (``Call`` visits ``lpar`` before ``func``)."""
+    the order it passes them, each with the helpers it is passed to (``visit_required``: always a
+    node; ``visit_sequence``: a sequence; others: maybe absent). Read from its source, since some
+    fields are visited only when set (``FormattedStringExpression.format_spec``) and the order is
+    not always the dataclass' (``Call`` visits ``lpar`` before ``func``)."""
     try:
         source = textwrap.dedent(inspect.getsource(kind._visit_and_replace_children))
     except (OSError, TypeError):
@@ -39,7 +40,33 @@ def _written_order(kind: type) -> tuple[str, ...] | None:
         and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)
     ]
     calls.sort(key=lambda call: (call.lineno, call.col_offset))
-    return tuple(dict.fromkeys(call.args[1].value for call in calls))
+    fields: dict[str, set[str]] = {}
+    for call in calls:
+        fields.setdefault(call.args[1].value, set()).add(call.func.id)
+    return fields
+
+
+def _present(value) -> tuple | list:
+    """A field that may hold nothing (None, MaybeSentinel), one node, or a sequence of them."""
+    if value is None or value.__class__ is cst.MaybeSentinel:
+        return ()
+    return (value,) if isinstance(value, cst.CSTNode) else value
+
+
+def _compiled(fields: dict[str, set[str]]) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """One list display per node type (``[*node.lpar, node.func, ...]``): the walk's inner loop,
+    several times faster than reading the fields by name in a loop."""
+    parts = []
+    for name, helpers in fields.items():
+        if helpers == {"visit_required"}:
+            parts.append(f"node.{name}")
+        elif helpers <= {"visit_sequence", "visit_body_sequence"}:
+            parts.append(f"*(node.{name} or ())")
+        else:
+            parts.append(f"*_present(node.{name})")
+    namespace = {"_present": _present}
+    exec(f"def children(node):\n    return [{', '.join(parts)}]\n", namespace)  # field names read from LibCST's source
+    return namespace["children"]
 
 
 class _FieldOrder(cst.CSTVisitor):
@@ -63,34 +90,28 @@ class _FieldOrder(cst.CSTVisitor):
         pass
 
 
-def _learn(node: cst.CSTNode) -> tuple[str, ...] | None:
-    """Once per node type: the written order, checked against what LibCST's own visit of this
+def _libcst_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    return list(node.children)
+
+
+def _learn(node: cst.CSTNode) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """Once per node type: the written fields, checked against what LibCST's own visit of this
     node announces (one shallow rebuild). Where they disagree LibCST is asked for every node."""
-    order = _written_order(type(node))
-    if order is not None:
+    fields = _written_fields(type(node))
+    lister = _libcst_children
+    if fields is not None:
         recorder = _FieldOrder(node)
         node.visit(recorder)
-        seen = iter(order)
-        if not all(name in seen for name in recorder.fields):  # a subsequence, in order
-            order = None
-    _FIELDS[type(node)] = order
-    return order
+        written = iter(fields)
+        if all(name in written for name in recorder.fields):  # a subsequence, in order
+            lister = _compiled(fields)
+    _CHILDREN[type(node)] = lister
+    return lister
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``node.children`` without the rebuild: the same nodes, in lexical order."""
-    kind = type(node)
-    fields = _FIELDS[kind] if kind in _FIELDS else _learn(node)
-    if fields is None:
-        return list(node.children)
-    out: list[cst.CSTNode] = []
-    for name in fields:
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            out.append(value)
-        elif value is not None and not isinstance(value, cst.MaybeSentinel):
-            out.extend(value)
-    return out
+    return (_CHILDREN.get(node.__class__) or _learn(node))(node)
 
 
 def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -99,7 +120,7 @@ def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        below = children(node)
+        below = (_CHILDREN.get(node.__class__) or _learn(node))(node)
         below.reverse()
         stack.extend(below)
 
@@ -149,12 +170,9 @@ def _test(matcher) -> Callable[[cst.CSTNode], bool] | None:
     """How ``libcst.matchers.findall`` decides one node, or None where that is not proven the same."""
     if isinstance(matcher, m.MatchIfTrue):
         return lambda node: bool(matcher.func(node))
-    if not isinstance(matcher, m.BaseMatcherNode):
-        return None  # DoesNotMatch, SaveMatchedNode, metadata matchers: LibCST's own findall
-    kinds = _node_types(matcher)
-    if kinds is None:
+    if isinstance(matcher, m.BaseMatcherNode):
         return lambda node: m.matches(node, matcher)
-    return lambda node: type(node).__name__ in kinds and m.matches(node, matcher)
+    return None  # DoesNotMatch, SaveMatchedNode, metadata matchers: LibCST's own findall
 
 
 def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher) -> list[cst.CSTNode]:
@@ -166,4 +184,14 @@ def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher
     test = _test(matcher) if isinstance(tree, cst.CSTNode) else None
     if test is None:
         return list(m.findall(tree, matcher))
-    return [node for node in nodes(tree) if test(node)]
+    kinds = _node_types(matcher) if isinstance(matcher, m.BaseMatcherNode) else None
+    found = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if (kinds is None or node.__class__.__name__ in kinds) and test(node):
+            found.append(node)
+        below = (_CHILDREN.get(node.__class__) or _learn(node))(node)
+        below.reverse()
+        stack.extend(below)
+    return found
