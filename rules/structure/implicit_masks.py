@@ -32,7 +32,7 @@ from tern.engine.package import class_masks
 from tern.engine.render import commas
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern.engine.walk import findall, walk
+from tern.engine.walk import children, findall, walk
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")
 STATE = "implicit_masks"
@@ -187,7 +187,7 @@ class _Flow:
     def compound(self, node: cst.CSTNode) -> None:
         """Branches and loops: a name whose mask differs between the paths gets an unknown one."""
         before = dict(self.masks)
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.expr(child)
         paths = []
@@ -207,7 +207,7 @@ class _Flow:
         self.masks = merged
 
     def expressions(self, node: cst.CSTNode) -> None:
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.expr(child)
             elif not isinstance(child, (cst.BaseSuite, cst.BaseStatement)):

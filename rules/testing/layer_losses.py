@@ -20,7 +20,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern_rules.testing import module_calls
 from tern.engine.nodes import holder
-from tern.engine.walk import walk
+from tern.engine.walk import children, walk
 
 SUPPORT = "keras_model_losses"
 REASON = ("Keras recomputes weight penalties from the current weights and keeps the terms of the last call; "
@@ -127,7 +127,7 @@ class _Flow:
         if isinstance(node, cst.Attribute):
             self.expr(node.value, state)
             return
-        for child in node.children:
+        for child in children(node):
             self.expr(child.value if isinstance(child, cst.Arg) else child, state)  # a keyword is no use
 
     def poison(self, node: cst.CSTNode, state) -> None:
