@@ -76,7 +76,8 @@ def _plan(ctx, fn: cst.FunctionDef) -> dict[int, str]:
     for block, i in _statements(fn.body):
         stmt = block[i]
         if not isinstance(stmt, cst.SimpleStatementLine):
-            dims -= _header_bound(stmt)
+            if dims:  # (what a statement binds is only worth finding while there are dimensions to forget)
+                dims -= _header_bound(stmt)
             continue
         kind = _classify(ctx, stmt, dims)
         if kind == SPLIT_PIECES:
@@ -88,7 +89,7 @@ def _plan(ctx, fn: cst.FunctionDef) -> dict[int, str]:
         if kind in (UNPACK, SPLIT_PIECES, MIN_OR_MAX):
             plan[id(stmt)] = kind
             dims |= _bound(stmt) - {"_"}
-        elif plan.get(id(stmt)) != SQUEEZED:
+        elif dims and plan.get(id(stmt)) != SQUEEZED:
             dims -= _bound(stmt)
     return plan
 
