@@ -836,7 +836,7 @@ def translate_module(
     out, support = imported.module, imported.names
     if imported.added:
         ctx.edits.append(Edit("imports", "", imported.added))
-    text = out.code
+    text = imported.text if imported.text is not None else out.code
     uses = []
     if ctx.kept_tf:
         reading = _read_kept(text, package, tables)
@@ -849,6 +849,7 @@ class _SupportImport:
     module: cst.Module  # importing every support definition its code refers to and does not define
     names: tuple[str, ...]  # those definitions
     added: str  # the import's text when it is new, else ""
+    text: str | None = None  # ``module.code`` when it was generated on the way (a whole-file codegen saved)
 
 
 def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
@@ -862,11 +863,11 @@ def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     stripped = module.with_changes(body=body)
     text = stripped.code
     if not any(name in text for name in _support_prefixes()):
-        return _SupportImport(stripped, (), "")
+        return _SupportImport(stripped, (), "", text)
     tree = ast.parse(text)
     used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
     if not used:
-        return _SupportImport(stripped, (), "")
+        return _SupportImport(stripped, (), "", text)
     statement = import_statement(support_module, used)
     node = cst.parse_statement(statement)
     at = 0
