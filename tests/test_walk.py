@@ -79,6 +79,38 @@ def test_walk_makes_the_calls_visit_makes(modules, prune):
         assert ours.events == theirs.events, path
 
 
+class _Typed(cst.CSTVisitor):
+    """LibCST's own on_visit/on_leave, typed hooks only: what most of our visitors are."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+
+    def visit_FunctionDef(self, node) -> bool:
+        self.events.append(("def", id(node)))
+        return len(node.params.params) < 2  # a visit returning False skips the children
+
+    def leave_FunctionDef(self, node) -> None:
+        self.events.append(("/def", id(node)))
+
+    def visit_Call(self, node) -> None:
+        self.events.append(("call", id(node)))
+
+    def leave_Attribute(self, node) -> None:
+        self.events.append(("/attribute", id(node)))
+
+    def visit_Name(self, node) -> bool:
+        self.events.append(("name", id(node)))
+        return True
+
+
+def test_walk_calls_typed_hooks_as_visit_does(modules):
+    for path, module in modules:
+        ours, theirs = _Typed(), _Typed()
+        walk.walk(module, ours)
+        module.visit(theirs)
+        assert ours.events == theirs.events, path
+
+
 MATCHERS = {
     "call": m.Call(),
     "self": m.Name("self"),

@@ -144,6 +144,8 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     the same order, nothing rebuilt. A visitor with per-field hooks gets LibCST's own visit."""
     if _needs_attribute_hooks(visitor):
         node.visit(visitor)
+    elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
+        _dispatch(node, visitor)
     else:
         _walk(node, visitor)
 
@@ -153,6 +155,42 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         for child in children(node):
             _walk(child, visitor)
     visitor.on_leave(node)
+
+
+def _hooks(visitor: cst.CSTVisitor, kind: type) -> tuple[Callable | None, Callable | None]:
+    """``visit_<Type>`` and ``leave_<Type>`` as ``CSTVisitor.on_visit``/``on_leave`` would find them;
+    None for LibCST's own stubs, which do nothing."""
+    found = []
+    for prefix in ("visit_", "leave_"):
+        method = getattr(visitor, prefix + kind.__name__, None)
+        stub = getattr(cst.CSTVisitor, prefix + kind.__name__, None)
+        found.append(None if method is None or getattr(method, "__func__", None) is stub else method)
+    return found[0], found[1]
+
+
+def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """``_walk`` for a visitor with LibCST's own ``on_visit``/``on_leave``: their lookup of the
+    ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
+    once per node type, and the stubs of the types the visitor has no method for are not called."""
+    hooks: dict[type, tuple[Callable | None, Callable | None]] = {}
+    stack: list = [root]
+    while stack:
+        item = stack.pop()
+        if item.__class__ is tuple:  # (node,): its children are done, leave it
+            node = item[0]
+            leave = hooks[node.__class__][1]
+            if leave is not None:
+                leave(node)
+            continue
+        kind = item.__class__
+        pair = hooks.get(kind)
+        if pair is None:
+            pair = hooks[kind] = _hooks(visitor, kind)
+        stack.append((item,))
+        if pair[0] is None or pair[0](item) is not False:
+            below = (_CHILDREN.get(kind) or _learn(item))(item)
+            below.reverse()
+            stack.extend(below)
 
 
 def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
