@@ -17,6 +17,7 @@ import libcst.matchers as m
 
 
 from tern.engine.context import FileContext, FunctionFrame, LayerRef
+from tern.engine.dispatch import CachedHooks
 from tern.engine.features import KeptTF, features
 from tern.engine.results import Refusal
 from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
@@ -97,7 +98,7 @@ class _SourceRefs(cst.CSTVisitor):
         return False
 
 
-class Translator(cst.CSTTransformer):
+class Translator(CachedHooks):
     def __init__(self, ctx: FileContext):
         super().__init__()
         self.ctx = ctx

@@ -19,6 +19,8 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import has_field_hooks, hooks
+
 #: per node type, the function that lists its children (learnt on first sight, ``_learn``)
 _CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
 _VISITS = re.compile(r"visit_[a-z_]+")
@@ -125,24 +127,10 @@ def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(below)
 
 
-# visit_Call_func and the like: called between fields, which ``walk`` does not do
-_ATTRIBUTE_HOOK = re.compile(r"(visit|leave)_[A-Z][A-Za-z]*_[a-z_]+")
-
-
-def _needs_attribute_hooks(visitor: cst.CSTVisitor) -> bool:
-    for kind in type(visitor).__mro__:
-        if kind is cst.CSTVisitor:
-            return False
-        for name in vars(kind):
-            if name in ("on_visit_attribute", "on_leave_attribute") or _ATTRIBUTE_HOOK.fullmatch(name):
-                return True
-    return False
-
-
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor: the same ``on_visit``/``on_leave`` calls in
     the same order, nothing rebuilt. A visitor with per-field hooks gets LibCST's own visit."""
-    if _needs_attribute_hooks(visitor):
+    if has_field_hooks(visitor):
         node.visit(visitor)
     elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
         _dispatch(node, visitor)
@@ -157,35 +145,24 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     visitor.on_leave(node)
 
 
-def _hooks(visitor: cst.CSTVisitor, kind: type) -> tuple[Callable | None, Callable | None]:
-    """``visit_<Type>`` and ``leave_<Type>`` as ``CSTVisitor.on_visit``/``on_leave`` would find them;
-    None for LibCST's own stubs, which do nothing."""
-    found = []
-    for prefix in ("visit_", "leave_"):
-        method = getattr(visitor, prefix + kind.__name__, None)
-        stub = getattr(cst.CSTVisitor, prefix + kind.__name__, None)
-        found.append(None if method is None or getattr(method, "__func__", None) is stub else method)
-    return found[0], found[1]
-
-
 def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``_walk`` for a visitor with LibCST's own ``on_visit``/``on_leave``: their lookup of the
     ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
     once per node type, and the stubs of the types the visitor has no method for are not called."""
-    hooks: dict[type, tuple[Callable | None, Callable | None]] = {}
+    table: dict[type, tuple[Callable | None, Callable | None]] = {}
     stack: list = [root]
     while stack:
         item = stack.pop()
         if item.__class__ is tuple:  # (node,): its children are done, leave it
             node = item[0]
-            leave = hooks[node.__class__][1]
+            leave = table[node.__class__][1]
             if leave is not None:
                 leave(node)
             continue
         kind = item.__class__
-        pair = hooks.get(kind)
+        pair = table.get(kind)
         if pair is None:
-            pair = hooks[kind] = _hooks(visitor, kind)
+            pair = table[kind] = hooks(visitor, cst.CSTVisitor, kind)
         stack.append((item,))
         if pair[0] is None or pair[0](item) is not False:
             below = (_CHILDREN.get(kind) or _learn(item))(item)
