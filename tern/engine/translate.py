@@ -28,7 +28,7 @@ from tern.engine.render import api_call, commas, bind
 from tern.engine.results import code
 from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
-from tern.engine.rule import consumed_names, discover
+from tern.engine.rule import HOOKS, consumed_names, discover, overrides
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
 from tern.engine.walk import findall, walk
@@ -103,6 +103,8 @@ class Translator(CachedHooks):
         super().__init__()
         self.ctx = ctx
         self.rules = [r for r in discover() if r.applies(ctx.is_test)]
+        #: per hook, the rules that have one (in order): the others' inherited hooks all return None
+        self.hooked = {hook: [r for r in self.rules if overrides(r, hook)] for hook in HOOKS}
         self.consumed = consumed_names()
         self._callees: set[int] = set()
         self._edit_marks: list[int] = []
@@ -147,7 +149,7 @@ class Translator(CachedHooks):
             return self._keep_generated(node)
         self._not_refs.add(id(node.name))
         self.ctx.classes.append(None)
-        for rule in self.rules:
+        for rule in self.hooked["visit_class"]:
             rule.visit_class(self.ctx, node)
         self._touched_source.append(False)
 
@@ -160,7 +162,7 @@ class Translator(CachedHooks):
         self.ctx.scopes.push_function(node)
         self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
-        for rule in self.rules:
+        for rule in self.hooked["visit_function"]:
             rule.visit_function(self.ctx, node)
         self._touched_source.append(False)
 
@@ -308,7 +310,7 @@ class Translator(CachedHooks):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
         self._edit_mark = self._edit_marks.pop()
-        for rule in self.rules:
+        for rule in self.hooked["prepare_call"]:
             prepared = rule.prepare_call(ctx, original, updated)
             if prepared is not None:
                 ctx.edit(rule.id, original, prepared)
@@ -338,7 +340,7 @@ class Translator(CachedHooks):
             updated = layer_call
             if not isinstance(updated, cst.Call):
                 return updated  # inlined (Identity, Cropping...): nothing left for call rules
-        for rule in self.rules:
+        for rule in self.hooked["leave_call"]:
             out = rule.leave_call(ctx, original, updated)
             if out is not None:
                 ctx.edit(rule.id, original, out)
@@ -447,7 +449,7 @@ class Translator(CachedHooks):
         name = ctx.resolve(original)
         if name is None:
             if isinstance(original, cst.Attribute):
-                for rule in self.rules:
+                for rule in self.hooked["leave_attribute"]:
                     out = rule.leave_attribute(ctx, original, updated)
                     if out is not None:
                         ctx.edit(rule.id, original, out)
@@ -481,7 +483,7 @@ class Translator(CachedHooks):
             out = ctx.target_expr(value.target)
             ctx.edit(f"value:activation:{name}", original, out)
             return out
-        for rule in self.rules:
+        for rule in self.hooked["leave_attribute"]:
             if isinstance(original, cst.Attribute):
                 out = rule.leave_attribute(ctx, original, updated)
                 if out is not None:
@@ -513,7 +515,7 @@ class Translator(CachedHooks):
     # -- statements and blocks ---------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):
         pending_at = self._pending_at.pop()
-        for rule in self.rules:
+        for rule in self.hooked["leave_statement"]:
             out = rule.leave_statement(self.ctx, original, updated)
             if out is not None:
                 if isinstance(out, cst.RemovalSentinel):
@@ -538,7 +540,7 @@ class Translator(CachedHooks):
         if id(original) in self._opaque:
             return self._finish_statement(updated, opaque=True)
         out = updated
-        for rule in self.rules:
+        for rule in self.hooked["leave_function"]:
             res = rule.leave_function(self.ctx, original, out)
             if res is not None:
                 self.ctx.edit(rule.id, _fn_header(original), _fn_header(res) if isinstance(res, cst.FunctionDef) else cst.Pass())
@@ -552,7 +554,7 @@ class Translator(CachedHooks):
         if id(original) in self._opaque:
             return self._finish_statement(updated, opaque=True)
         out = updated
-        for rule in self.rules:
+        for rule in self.hooked["leave_class"]:
             if not isinstance(out, cst.ClassDef):
                 break  # a rule replaced the class by other statements
             res = rule.leave_class(self.ctx, original, out)
@@ -600,7 +602,7 @@ class Translator(CachedHooks):
         return _with_todo_comments(node, todos)
 
     def leave_Module(self, original, updated):
-        for rule in self.rules:
+        for rule in self.hooked["leave_module"]:
             res = rule.leave_module(self.ctx, updated)
             if res is not None:
                 updated = res
