@@ -8,7 +8,6 @@ the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from dataclasses import dataclass, field
 
@@ -865,7 +864,7 @@ def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
     text = stripped.code
-    if not any(name in text for name in _support_prefixes()):
+    if not _may_use_support(text):
         return _SupportImport(stripped, (), "", text)
     tree = ast.parse(text)
     used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
@@ -892,10 +891,10 @@ def _imports_from(stmt: cst.CSTNode, support_module: str) -> bool:
             and stmt.body[0].module is not None and dotted_name(stmt.body[0].module) == support_module)
 
 
-@functools.lru_cache(maxsize=1)
-def _support_prefixes() -> tuple[str, ...]:
-    """Cheap test before parsing: every support name starts with one of these."""
-    return tuple(sorted({name[:5] for name in support_names()}))
+def _may_use_support(text: str) -> bool:
+    """Cheap test before parsing: a name the code uses is written in its text (an ASCII text:
+    Python folds other identifiers to NFKC, which could spell a support name differently)."""
+    return not text.isascii() or any(name in text for name in support_names())
 
 
 def _module_bound(tree) -> set[str]:
