@@ -9,6 +9,7 @@ called in, are LibCST's.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -19,13 +20,21 @@ _FIELD_HOOK = re.compile(r"(visit|leave)_[A-Z][A-Za-z]*_[a-z_]+")
 
 
 def has_field_hooks(visitor: cst.CSTVisitor | cst.CSTTransformer) -> bool:
-    """Whether the visitor's own classes define per-field hooks (or the callbacks that call them)."""
-    for kind in type(visitor).__mro__:
+    """Whether the visitor defines per-field hooks (or the callbacks that call them)."""
+    return _class_has_field_hooks(type(visitor)) or any(_is_hook(name) for name in vars(visitor))
+
+
+def _is_hook(name: str) -> bool:
+    return name in ("on_visit_attribute", "on_leave_attribute") or bool(_FIELD_HOOK.fullmatch(name))
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: rules define visitor classes inside functions
+def _class_has_field_hooks(visitor_class: type) -> bool:
+    for kind in visitor_class.__mro__:
         if kind in (cst.CSTVisitor, cst.CSTTransformer):
             return False
-        for name in vars(kind):
-            if name in ("on_visit_attribute", "on_leave_attribute") or _FIELD_HOOK.fullmatch(name):
-                return True
+        if any(_is_hook(name) for name in vars(kind)):
+            return True
     return False
 
 
