@@ -24,7 +24,7 @@ from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_binding
 from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.engine.records import ApiRecord, Tables, tables as default_tables
 from tern.engine.render import api_call, commas, bind
-from tern.engine.results import code
+from tern.engine.results import code, module_code
 from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.engine.rule import HOOKS, consumed_names, discover, overrides
@@ -818,7 +818,7 @@ def translate_module(
 
     allowed, kept_comment = frozenset(), None
     if ctx.kept_tf and tables.allowed:  # TF left on purpose: is that all an import is used for?
-        reading = _read_kept(out.code, package, tables)
+        reading = _read_kept(module_code(out), package, tables)
         allowed = reading.bindings if reading is not None else frozenset()
         comment = "# " + tables.allowed[0].import_comment
 
@@ -838,7 +838,7 @@ def translate_module(
     out, support = imported.module, imported.names
     if imported.added:
         ctx.edits.append(Edit("imports", "", imported.added))
-    text = imported.text if imported.text is not None else out.code
+    text = imported.text if imported.text is not None else module_code(out)
     uses = []
     if ctx.kept_tf:
         reading = _read_kept(text, package, tables)
@@ -863,7 +863,7 @@ def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
-    text = stripped.code
+    text = module_code(stripped)
     if not _may_use_support(text):
         return _SupportImport(stripped, (), "", text)
     tree = ast.parse(text)
