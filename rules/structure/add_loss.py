@@ -16,6 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import walk
 
 SUPPORT = "keras_add_loss"
 _ADD_LOSS = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("add_loss")))
@@ -64,7 +65,7 @@ class AddLossRule(Rule):
         if ctx.keras_class is None:
             return
         sites = _Sites()
-        node.visit(sites)
+        walk(node, sites)
         state = ctx.rule_state.setdefault(self.id, {})
         state[id(ctx.keras_class)] = {"repeated": sites.repeated, "names": 0}
 

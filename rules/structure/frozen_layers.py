@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 KEY = "frozen_layers"
 VIEW_ATTRS = frozenset({"name", "trainable"})
@@ -40,15 +41,15 @@ def _loop_ok(loop: cst.For) -> bool:
     if not (isinstance(loop.target, cst.Name) and loop.orelse is None):
         return False
     var = loop.target.value
-    uses = m.findall(loop.body, m.Name(var))
-    attrs = m.findall(loop.body, m.Attribute(value=m.Name(var)))
+    uses = findall(loop.body, m.Name(var))
+    attrs = findall(loop.body, m.Attribute(value=m.Name(var)))
     if any(a.attr.value not in VIEW_ATTRS for a in attrs) or len(attrs) != len(uses):
         return False
-    return not m.findall(loop.body, m.Break() | m.Return() | m.Yield() | m.Continue())
+    return not findall(loop.body, m.Break() | m.Return() | m.Yield() | m.Continue())
 
 
 def _trainable_targets(node: cst.CSTNode):
-    for assign in m.findall(node, m.Assign() | m.AugAssign()):
+    for assign in findall(node, m.Assign() | m.AugAssign()):
         targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
         for t in targets:
             if m.matches(t, m.Attribute(attr=m.Name("trainable"))):
@@ -65,7 +66,7 @@ class FrozenLayersRule(Rule):
             return
         state = _state(ctx)
         translated = m.Call(func=m.Attribute(value=m.Name("KerasLayer"), attr=m.Name("all")))  # a rerun on the output
-        for loop in m.findall(node.body, m.For(iter=m.Attribute(value=m.Name(), attr=m.Name("layers")) | translated)):
+        for loop in findall(node.body, m.For(iter=m.Attribute(value=m.Name(), attr=m.Name("layers")) | translated)):
             if _loop_ok(loop):
                 if not m.matches(loop.iter, translated):
                     state["layers"].add(id(loop.iter))

@@ -18,6 +18,7 @@ from tern.engine.context import LayerRef
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.names import short_name
 from tern.engine.rule import Rule
+from tern.engine.walk import findall, walk
 
 INPUTS = {"keras.Input", "keras.layers.Input"}
 MODELS = {"keras.Model", "keras.models.Model"}
@@ -34,7 +35,7 @@ def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
             if name in names:
                 found.add(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -214,10 +215,10 @@ def _why_symbolic(fn: cst.FunctionDef) -> str | None:
     """Why the test may observe the batch dimension Keras leaves unknown (None), or None when it cannot: every
     ``.shape`` it reads is indexed by a literal int >= 1 (a known dimension, equal on both sides) and it takes no
     ``len``. Then an array with a concrete batch in place of each Input leaves every assertion meaning the same."""
-    parents = m.findall(fn, m.Subscript(value=m.Attribute(attr=m.Name("shape"))))
-    compared = {id(call.args[at].value) for call in m.findall(fn, m.Call())
+    parents = findall(fn, m.Subscript(value=m.Attribute(attr=m.Name("shape"))))
+    compared = {id(call.args[at].value) for call in findall(fn, m.Call())
                 if (at := _batch_free_comparison(call)) is not None}
-    for node in m.findall(fn, m.Attribute(attr=m.Name("shape"))):
+    for node in findall(fn, m.Attribute(attr=m.Name("shape"))):
         if id(node) in compared:
             continue  # compared with [None, ...]: the known dimensions are compared instead (leave_call)
         indexed = [p for p in parents if p.value is node]
@@ -228,7 +229,7 @@ def _why_symbolic(fn: cst.FunctionDef) -> str | None:
         index = sub[0].slice if len(sub) == 1 and isinstance(sub[0].slice, cst.Index) else None
         if index is None or not isinstance(index.value, cst.Integer) or int(index.value.value) < 1:
             return "it reads a dimension that may be the batch (`.shape[0]`, a negative or computed index, a slice)"
-    if m.findall(fn, m.Call(func=m.Name("len"))):
+    if findall(fn, m.Call(func=m.Name("len"))):
         return "it takes `len(...)`, which may count the batch Keras leaves unknown"
     return None
 
@@ -303,7 +304,7 @@ def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:
             if m.matches(node.value, m.Name(var)):
                 found.append(node)
 
-    stmt.visit(V())
+    walk(stmt, V())
     return bool(found)
 
 

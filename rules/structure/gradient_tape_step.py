@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
 from tern.features.training import TrainingFacts
 
@@ -39,7 +40,7 @@ TEST_TAPE = ("a tape in a test, differentiating with respect to a model's variab
 
 
 def _loads(nodes) -> set[str]:
-    return {n.value for node in nodes for n in m.findall(node, m.Name())}
+    return {n.value for node in nodes for n in findall(node, m.Name())}
 
 
 def _stmt(text: str) -> cst.BaseStatement:
@@ -71,7 +72,7 @@ def step_decorator(ctx, original: cst.FunctionDef, updated: cst.FunctionDef, sta
 
 def static_params(params: cst.Parameters, body: cst.CSTNode) -> list[str]:
     """Parameters called in ``body`` (functions) or defaulting to int/str/bool literals."""
-    called = {c.func.value for c in m.findall(body, m.Call(func=m.Name()))}
+    called = {c.func.value for c in findall(body, m.Call(func=m.Name()))}
     out = []
     for p in (*params.params, *params.kwonly_params):
         literal = isinstance(p.default, (cst.Integer, cst.SimpleString)) or m.matches(p.default, m.Name("True") | m.Name("False"))
@@ -151,16 +152,16 @@ class GradientTapeStepRule(Rule):
         tape = body[at]
         tape_name = tape.items[0].asname.name.value
         after = body[at + 1:]
-        grad_i = next(i for i, s in enumerate(after) if m.findall(s, m.Call(func=m.Attribute(value=m.Name(tape_name), attr=m.Name("gradient")))))
-        grad_call = m.findall(after[grad_i], m.Call())[0]
+        grad_i = next(i for i, s in enumerate(after) if findall(s, m.Call(func=m.Attribute(value=m.Name(tape_name), attr=m.Name("gradient")))))
+        grad_call = findall(after[grad_i], m.Call())[0]
         loss = grad_call.args[0].value.value
         grads = after[grad_i].body[0].targets[0].target.value
-        apply_i = next(i for i, s in enumerate(after) if m.findall(s, m.Attribute(attr=m.Name("apply_gradients"))))
-        applied = m.findall(after[apply_i], m.Call(func=m.Name("zip")))[0].args[0].value.value
+        apply_i = next(i for i, s in enumerate(after) if findall(s, m.Attribute(attr=m.Name("apply_gradients"))))
+        applied = findall(after[apply_i], m.Call(func=m.Name("zip")))[0].args[0].value.value
 
         inner = [new for s in tape.body.body for new in self._model_call(s, sig.model)]
         losses = m.Attribute(value=m.Name(sig.model), attr=m.Name("losses"))
-        if any(m.findall(s, losses) for s in inner):
+        if any(findall(s, losses) for s in inner):
             # Keras' model.losses after the forward pass: the terms it sowed (rules/support/keras_model_losses.py)
             terms = cst.parse_expression("keras_model_losses(model_state)")
             inner = [m.replace(s, losses, terms) for s in inner]
@@ -190,7 +191,7 @@ class GradientTapeStepRule(Rule):
     def _model_call(stmt: cst.BaseStatement, model: str) -> list[cst.BaseStatement]:
         """``y = model(...)`` -> ``y, model_state = state.apply_model(params, ...)``; a call nested
         in an expression is hoisted into ``<model>_outputs`` (tern/features/training/train_steps.py checked it may be)."""
-        calls = m.findall(stmt, m.Call(func=m.Name(model)))
+        calls = findall(stmt, m.Call(func=m.Name(model)))
         if not calls or not isinstance(stmt, cst.SimpleStatementLine):
             return [stmt]
         call = calls[0]

@@ -32,6 +32,7 @@ from tern.engine.package import class_masks
 from tern.engine.render import commas
 from tern.engine.results import code
 from tern.engine.rule import Rule
+from tern.engine.walk import children, findall, walk
 
 TABLE = Path(__file__).with_name("implicit_masks.toml")
 STATE = "implicit_masks"
@@ -173,7 +174,7 @@ class _Flow:
         if isinstance(target, cst.Name):
             name = target.value
             for other, held in list(self.masks.items()):
-                if held is not UNKNOWN and any(n.value == name for n in m.findall(held, m.Name())):
+                if held is not UNKNOWN and any(n.value == name for n in findall(held, m.Name())):
                     self.masks[other] = UNKNOWN  # the mask's name now holds something else
             if mask is None:
                 self.masks.pop(name, None)
@@ -186,7 +187,7 @@ class _Flow:
     def compound(self, node: cst.CSTNode) -> None:
         """Branches and loops: a name whose mask differs between the paths gets an unknown one."""
         before = dict(self.masks)
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.expr(child)
         paths = []
@@ -206,7 +207,7 @@ class _Flow:
         self.masks = merged
 
     def expressions(self, node: cst.CSTNode) -> None:
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression):
                 self.expr(child)
             elif not isinstance(child, (cst.BaseSuite, cst.BaseStatement)):
@@ -321,7 +322,7 @@ def _self_calls(cls: cst.ClassDef, exclude: cst.FunctionDef) -> set[str]:
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
                 found.add(func.attr.value)
 
-    cls.visit(V())
+    walk(cls, V())
     return found
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from tern.engine.walk import findall, walk
 
 
 def is_tape_with(stmt: cst.CSTNode) -> bool:
@@ -49,31 +50,31 @@ def stores(*nodes: cst.CSTNode) -> set[str]:
 
     class Visitor(cst.CSTVisitor):
         def visit_AssignTarget(self, n):
-            out.update(x.value for x in m.findall(n, m.Name()))
+            out.update(x.value for x in findall(n, m.Name()))
 
         def visit_AugAssign(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
+            out.update(x.value for x in findall(n.target, m.Name()))
 
         def visit_AnnAssign(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
+            out.update(x.value for x in findall(n.target, m.Name()))
 
         def visit_For(self, n):
-            out.update(x.value for x in m.findall(n.target, m.Name()))
+            out.update(x.value for x in findall(n.target, m.Name()))
 
         def visit_FunctionDef(self, n):
             return False
 
     for node in nodes:
-        node.visit(Visitor())
+        walk(node, Visitor())
     return out
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in m.findall(node, m.Name())}
+    return {n.value for n in findall(node, m.Name())}
 
 
 def tape_uses(node: cst.CSTNode, tape: str) -> list[cst.Attribute]:
-    return m.findall(node, m.Attribute(value=m.Name(tape)))
+    return findall(node, m.Attribute(value=m.Name(tape)))
 
 
 class Put(cst.CSTTransformer):
@@ -113,11 +114,11 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     if not watched:
         return block, None  # not an input tape: the caller reports it
     if not body or not all(isinstance(s, cst.SimpleStatementLine) for s in body) or any(
-            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
+            findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
         return block, ("the tape's body is more than simple statements after tape.watch (a block, return or other "
                        "tape call): differentiate a function of the watched tensors with jax.grad")
     grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1)
-             for c in m.findall(s, m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient"))))]
+             for c in findall(s, m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient"))))]
     uses = [u for s in block[at + 1:] for u in tape_uses(s, tape)]
     if len(grads) != 1 or len(uses) != 1 or sum(len(tape_uses(s, tape)) for s in fn.body.body) != \
             sum(len(tape_uses(s, tape)) for s in block):
@@ -177,8 +178,8 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
 
 def _outside_names(fn: cst.FunctionDef, block: list) -> set[str]:
     """Names read in ``fn`` outside ``block`` (a tape in a loop: the names the rest of the function reads)."""
-    inside = {id(n) for s in block for n in m.findall(s, m.Name())}
-    return {n.value for n in m.findall(fn.body, m.Name()) if id(n) not in inside}
+    inside = {id(n) for s in block for n in findall(s, m.Name())}
+    return {n.value for n in findall(fn.body, m.Name()) if id(n) not in inside}
 
 
 def rewrite_input_tapes(ctx, fn: cst.FunctionDef) -> tuple[cst.FunctionDef, list[str]]:

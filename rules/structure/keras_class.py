@@ -28,6 +28,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
+from tern.engine.walk import findall, walk
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
@@ -68,7 +69,7 @@ def _layers_made_inline(ctx, call: cst.FunctionDef) -> str:
     """Whether ``call`` constructs and calls Keras layers in place: "" (no), "stateless" (all
     parameter-free) or "weighted" (a Dense made in ``call`` has new weights on every Keras call:
     no Flax module means that)."""
-    records = [ctx.tables.layers.get(ctx.resolve(c.func.func) or "") for c in m.findall(call, m.Call(func=m.Call()))]
+    records = [ctx.tables.layers.get(ctx.resolve(c.func.func) or "") for c in findall(call, m.Call(func=m.Call()))]
     records = [r for r in records if r is not None]
     if not records:
         return ""
@@ -110,7 +111,7 @@ def _assignments(body: cst.CSTNode):
                             value = values[i].value if values is not None and len(values) == len(elements) else node.value
                             found.append((attr, value))
 
-    body.visit(V())
+    walk(body, V())
     return found
 
 
@@ -157,7 +158,7 @@ def _bind_loop_layers(fn: cst.FunctionDef, info: KerasClass, frame) -> None:
         def visit_FunctionDef(self, node) -> bool:
             return node is fn
 
-    fn.visit(V())
+    walk(fn, V())
 
 
 def _is_flax_module_call(value: cst.BaseExpression) -> bool:
@@ -264,7 +265,7 @@ def _self_attrs_used(node: cst.CSTNode) -> set[str]:
             if name is not None:
                 found.add(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -306,10 +307,10 @@ _LIST_MUTATORS = frozenset({"append", "insert", "extend", "pop", "remove", "sort
 def _mutated(body: cst.CSTNode, names: set[str]) -> set[str]:
     """Parameters ``body`` changes in place (``thresholds.insert(0, x)``, ``sizes[0] = 1``)."""
     out: set[str] = set()
-    for call in m.findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+    for call in findall(body, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
         if call.func.value.value in names and call.func.attr.value in _LIST_MUTATORS:
             out.add(call.func.value.value)
-    for target in m.findall(body, m.AssignTarget(target=m.Subscript(value=m.Name()))):
+    for target in findall(body, m.AssignTarget(target=m.Subscript(value=m.Name()))):
         if target.target.value.value in names:
             out.add(target.target.value.value)
     return out
@@ -345,7 +346,7 @@ def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
             if isinstance(node.target, cst.Name) and node.target.value in names:
                 out.add(node.target.value)
 
-    body.visit(V())
+    walk(body, V())
     return out
 
 
@@ -521,7 +522,7 @@ class KerasClassRule(Rule):
                          "build it in a local and assign it once")
         if lists:
             out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
-        if any(m.findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
+        if any(findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
             checks = FrozenDictChecks(lambda: ctx.target_name("flax.core.FrozenDict"))
             out_methods = [s.visit(checks) if isinstance(s, cst.FunctionDef) else s for s in out_methods]
         resolved = _resolved_once(setup)
@@ -633,7 +634,7 @@ def _factory_names(ctx, body: cst.BaseSuite) -> set[str]:
     (``ConvBlock = DarknetConvBlockDepthwise if use_depthwise else DarknetConvBlock``)."""
     package = ctx.package
     names = set(package.sequential_factories) | set(package.factories) | set(package.model_builders)
-    for assign in m.findall(body, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())):
+    for assign in findall(body, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())):
         branches = (assign.value.body, assign.value.orelse)
         if all(isinstance(b, cst.Name) and b.value in names for b in branches):
             names.add(assign.targets[0].target.value)
@@ -758,10 +759,10 @@ def _derived_value(stmt: cst.CSTNode, params: set[str], body: list) -> tuple[str
     names = {n.value for n in _names_read(value)}
     if attr is None or not names <= params | _BUILTINS or SELF in names:
         return None, None
-    stores = sum(len(m.findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(m.findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(m.findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
-                 len(m.findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
+    stores = sum(len(findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
+                 len(findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
+                 len(findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
                  for s in body)
     return (attr, value) if stores == 1 else (None, None)
 
@@ -843,17 +844,17 @@ def _names_read(node: cst.CSTNode) -> list[cst.Name]:
 
     class V(cst.CSTVisitor):
         def visit_Attribute(self, attr: cst.Attribute) -> bool:
-            attr.value.visit(self)  # ``x.attr``: x is read, attr is no name
+            walk(attr.value, self)  # ``x.attr``: x is read, attr is no name
             return False
 
         def visit_Arg(self, arg: cst.Arg) -> bool:
-            arg.value.visit(self)  # a keyword is no name
+            walk(arg.value, self)  # a keyword is no name
             return False
 
         def visit_Name(self, name: cst.Name) -> None:
             found.append(name)
 
-    node.visit(V())
+    walk(node, V())
     return found
 
 
@@ -972,7 +973,7 @@ def _resolved_once(setup) -> dict[str, str]:
         def visit_Assign(self, node):
             stores.extend(a for a in (_self_attr(t.target) for t in node.targets) if a is not None)
 
-    setup.visit(_Collect())
+    walk(setup, _Collect())
     for node in setup.body.body:  # top-level statements: they run on every way through setup
         for small in getattr(node, "body", ()) if isinstance(node, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1:

@@ -36,6 +36,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern.features.training import TrainingFacts
 
 TAG = "step_override"
@@ -57,7 +58,7 @@ def _is_doc(stmt: cst.BaseStatement) -> bool:
 
 
 def _touches(stmt: cst.CSTNode, attrs: set[str]) -> bool:
-    return any(a.attr.value in attrs for a in m.findall(stmt, m.Attribute(value=m.Name("self"), attr=m.Name())))
+    return any(a.attr.value in attrs for a in findall(stmt, m.Attribute(value=m.Name("self"), attr=m.Name())))
 
 
 def _parse(text: str) -> cst.BaseStatement:

@@ -31,6 +31,7 @@ import libcst.matchers as m
 
 from tern.features.training.multi_state_steps import state_name
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
 from tern_rules.structure.input_gradient_tape import is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
@@ -129,18 +130,18 @@ class MultiStateStepRule(Rule):
         tape = block[at]
         tape_name = tape.items[0].asname.name.value
         gradient = m.Call(func=m.Attribute(value=m.Name(tape_name), attr=m.Name("gradient")))
-        grad_at = next(j for j in range(at + 1, len(block)) if m.findall(block[j], gradient))
-        call = m.findall(block[grad_at], gradient)[0]
+        grad_at = next(j for j in range(at + 1, len(block)) if findall(block[j], gradient))
+        call = findall(block[grad_at], gradient)[0]
         loss = call.args[0].value.value
         model = call.args[1].value.value.value
         grads = block[grad_at].body[0].targets[0].target.value
         apply = m.Call(func=m.Attribute(attr=m.Name("apply_gradients")), args=[m.Arg(value=m.Call(
             func=m.Name("zip"), args=[m.Arg(value=m.Name(grads)), m.Arg()]))])
-        apply_at = next(j for j in range(grad_at + 1, len(block)) if m.findall(block[j], apply))
+        apply_at = next(j for j in range(grad_at + 1, len(block)) if findall(block[j], apply))
         state, params = state_name(model), f"{model}_params"
         inner = [s.visit(_Models(models, keep=model)) for s in tape.body.body]
-        body_ids = {id(n) for s in tape.body.body for n in m.findall(s, m.Name())}
-        elsewhere = {n.value for n in m.findall(fn.body, m.Name()) if id(n) not in body_ids}
+        body_ids = {id(n) for s in tape.body.body for n in findall(s, m.Name())}
+        elsewhere = {n.value for n in findall(fn.body, m.Name()) if id(n) not in body_ids}
         aux = sorted((stores(*tape.body.body) & elsewhere) - {loss})
         ret = f"return {loss}, ({', '.join(aux)},)\n" if aux else f"return {loss}\n"
         compute = cst.FunctionDef(

@@ -19,6 +19,7 @@ from tern.engine.records import DROP
 from tern.engine.render import commas
 from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
+from tern.engine.walk import walk
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
 INPUTS = {"keras.Input", "keras.layers.Input", "keras.layers.InputLayer"}
@@ -300,7 +301,7 @@ def _mentions(stmt, name: str) -> bool:
             if node.value == name:
                 found.append(node)
 
-    stmt.visit(V())
+    walk(stmt, V())
     return bool(found)
 
 

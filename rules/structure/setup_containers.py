@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from tern.engine.walk import findall
 
 SELF = "self"
 _EMPTY = m.List(elements=[]) | m.Dict(elements=[]) | m.Call(func=m.Name("list") | m.Name("dict"), args=[])
@@ -39,15 +40,15 @@ def _assigns(stmts, attr: str) -> bool:
 def filled_containers(setup: cst.FunctionDef) -> set[str]:
     """Attributes ``setup`` assigns an empty list/dict and then fills."""
     empty = set()
-    for assign in m.findall(setup.body, m.Assign(targets=[m.AssignTarget()], value=_EMPTY)):
+    for assign in findall(setup.body, m.Assign(targets=[m.AssignTarget()], value=_EMPTY)):
         attr = _self_attr(assign.targets[0].target)
         if attr is not None:
             empty.add(attr)
     filled = set()
-    for call in m.findall(setup.body, m.Call(func=m.Attribute(attr=m.Name()))):
+    for call in findall(setup.body, m.Call(func=m.Attribute(attr=m.Name()))):
         if call.func.attr.value in _FILLERS and _self_attr(call.func.value) in empty:
             filled.add(_self_attr(call.func.value))
-    for target in m.findall(setup.body, m.AssignTarget(target=m.Subscript())):
+    for target in findall(setup.body, m.AssignTarget(target=m.Subscript())):
         if _self_attr(target.target.value) in empty:
             filled.add(_self_attr(target.target.value))
     return filled
@@ -64,8 +65,8 @@ class _ToLocal(cst.CSTTransformer):
 
 def _local_names(function: cst.FunctionDef) -> set[str]:
     """Names read or bound in ``function`` (not attribute names: ``self.x`` binds no ``x``)."""
-    attrs = {id(a.attr) for a in m.findall(function, m.Attribute())}
-    return {n.value for n in m.findall(function, m.Name()) if id(n) not in attrs}
+    attrs = {id(a.attr) for a in findall(function, m.Attribute())}
+    return {n.value for n in findall(function, m.Name()) if id(n) not in attrs}
 
 
 def fill_as_locals(setup: cst.FunctionDef) -> tuple[cst.FunctionDef, set[str]]:
@@ -87,7 +88,7 @@ def setup_lists(setup: cst.FunctionDef | None) -> set[str]:
     if setup is None:
         return set()
     out = set()
-    for assign in m.findall(setup.body, m.Assign(targets=[m.AssignTarget(target=m.Attribute(value=m.Name(SELF)))])):
+    for assign in findall(setup.body, m.Assign(targets=[m.AssignTarget(target=m.Attribute(value=m.Name(SELF)))])):
         if m.matches(assign.value, _LISTS):
             out.add(assign.targets[0].target.attr.value)
     return out

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 SHAPE = m.Attribute(attr=m.Name("shape")) | m.Call(func=m.Attribute(attr=m.Name("get_shape")), args=[])
 
@@ -59,7 +60,7 @@ class ShapeConcatRule(Rule):
     order = 61  # after tensor_methods (60), which turns ``get_shape()`` into ``.shape``
 
     def leave_statement(self, ctx, original, updated):
-        if not ctx.scopes.imports_source or not m.findall(updated, m.BinaryOperation(operator=m.Add())):
+        if not ctx.scopes.imports_source or not findall(updated, m.BinaryOperation(operator=m.Add())):
             return None
         if isinstance(updated, cst.SimpleStatementLine):
             changed = updated.visit(_Concatenations())

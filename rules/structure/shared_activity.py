@@ -15,6 +15,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.nodes import holder
+from tern.engine.walk import walk
 
 REASON = ("this layer has an activity regularizer and is called again in the same pass: Keras adds one "
           "penalty per call, the translation keeps the last one only; call a separate layer, or add "
@@ -52,7 +53,7 @@ class SharedActivityRule(Rule):
     def visit_class(self, ctx, node):
         if ctx.keras_class is not None:
             names: set[str] = set()
-            node.visit(_Bindings(ctx, names))
+            walk(node, _Bindings(ctx, names))
             ctx.rule_state[self.id + ":class"] = names
 
     def visit_function(self, ctx, node):
@@ -61,9 +62,9 @@ class SharedActivityRule(Rule):
         names: set[str] = set()
         if ctx.keras_class is not None and ctx.frame.in_module_method:
             names |= {n for n in ctx.rule_state.get(self.id + ":class", ()) if n.startswith("self.")}
-            node.visit(_Bindings(ctx, names))
+            walk(node, _Bindings(ctx, names))
         elif "functional" in ctx.frame.tags:
-            node.visit(_Bindings(ctx, names))
+            walk(node, _Bindings(ctx, names))
         self._stack(ctx).append((names, {}))
 
     def leave_function(self, ctx, original, updated):

@@ -26,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall, walk
 from tern_rules.structure.input_gradient_tape import stores
 
 SHAPE = frozenset({"tensorflow.shape"})
@@ -75,7 +76,8 @@ def _plan(ctx, fn: cst.FunctionDef) -> dict[int, str]:
     for block, i in _statements(fn.body):
         stmt = block[i]
         if not isinstance(stmt, cst.SimpleStatementLine):
-            dims -= _header_bound(stmt)
+            if dims:  # (what a statement binds is only worth finding while there are dimensions to forget)
+                dims -= _header_bound(stmt)
             continue
         kind = _classify(ctx, stmt, dims)
         if kind == SPLIT_PIECES:
@@ -87,7 +89,7 @@ def _plan(ctx, fn: cst.FunctionDef) -> dict[int, str]:
         if kind in (UNPACK, SPLIT_PIECES, MIN_OR_MAX):
             plan[id(stmt)] = kind
             dims |= _bound(stmt) - {"_"}
-        elif plan.get(id(stmt)) != SQUEEZED:
+        elif dims and plan.get(id(stmt)) != SQUEEZED:
             dims -= _bound(stmt)
     return plan
 
@@ -227,8 +229,8 @@ def _compound(stmt: cst.BaseCompoundStatement):
 
 def _bound(stmt: cst.CSTNode) -> set[str]:
     """Names a statement (re)binds: assignment and loop targets, walrus and ``as`` names."""
-    extra = m.findall(stmt, m.NamedExpr() | m.AsName())
-    return stores(stmt) | {n.value for e in extra for n in m.findall(e.target if isinstance(e, cst.NamedExpr) else e.name, m.Name())}
+    extra = findall(stmt, m.NamedExpr() | m.AsName())
+    return stores(stmt) | {n.value for e in extra for n in findall(e.target if isinstance(e, cst.NamedExpr) else e.name, m.Name())}
 
 
 def _header_bound(stmt: cst.BaseStatement) -> set[str]:
@@ -237,9 +239,9 @@ def _header_bound(stmt: cst.BaseStatement) -> set[str]:
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         return {stmt.name.value}
     if isinstance(stmt, cst.For):
-        return {n.value for n in m.findall(stmt.target, m.Name())}
+        return {n.value for n in findall(stmt.target, m.Name())}
     if isinstance(stmt, cst.With):
-        return {n.value for item in stmt.items if item.asname for n in m.findall(item.asname.name, m.Name())}
+        return {n.value for item in stmt.items if item.asname for n in findall(item.asname.name, m.Name())}
     return set()
 
 
@@ -249,22 +251,22 @@ def _reads(stmt: cst.CSTNode) -> set[str]:
 
     class V(cst.CSTVisitor):
         def visit_Attribute(self, node):
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
         def visit_Arg(self, node):
-            node.value.visit(self)
+            walk(node.value, self)
             return False
 
         def visit_AssignTarget(self, node):
             if not isinstance(node.target, cst.Name):
-                node.target.visit(self)  # x[i] = ..., x.a = ...: x is read
+                walk(node.target, self)  # x[i] = ..., x.a = ...: x is read
             return False
 
         def visit_Name(self, node):
             found.add(node.value)
 
-    stmt.visit(V())
+    walk(stmt, V())
     return found
 
 

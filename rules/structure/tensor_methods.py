@@ -26,6 +26,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.support_module import names as support_names
+from tern.engine.walk import findall
 from tern_rules.structure.input_gradient_tape import Put
 from tern_rules.structure.keras_class import KerasClass
 from tern.features.training import TrainingFacts
@@ -282,10 +283,10 @@ class TensorMethodsRule(Rule):
 
 def _stored(cls: cst.ClassDef) -> set[str]:
     """Every ``<name>`` of ``self.<name> = ...`` (``+=``, annotated, unpacked) in the class."""
-    targets = [t.target for node in m.findall(cls, m.Assign()) for t in node.targets]
-    targets += [node.target for node in m.findall(cls, m.AugAssign() | m.AnnAssign())]
+    targets = [t.target for node in findall(cls, m.Assign()) for t in node.targets]
+    targets += [node.target for node in findall(cls, m.AugAssign() | m.AnnAssign())]
     return {a.attr.value for target in targets
-            for a in m.findall(target, m.Attribute(value=m.Name("self"), attr=m.Name()))}
+            for a in findall(target, m.Attribute(value=m.Name("self"), attr=m.Name()))}
 
 
 def _weight_updates(cls: cst.ClassDef, info: KerasClass) -> set[int]:
@@ -297,7 +298,7 @@ def _weight_updates(cls: cst.ClassDef, info: KerasClass) -> set[int]:
         return out
     pattern = m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(
         value=m.Attribute(value=m.Name("self"), attr=m.Name()), attr=m.Name())))])
-    for stmt in m.findall(call, pattern):
+    for stmt in findall(call, pattern):
         node = stmt.body[0].value
         attr = node.func.value.attr.value
         if node.func.attr.value in WEIGHT_UPDATES and info.weights.get(attr) == "batch_stats" and len(node.args) == 1:

@@ -14,6 +14,7 @@ import libcst as cst
 from tern.engine.names import short_name
 from tern.engine.results import code
 from tern.engine.rule import Rule
+from tern.engine.walk import walk
 
 
 class _Refs(cst.CSTVisitor):
@@ -26,7 +27,7 @@ class _Refs(cst.CSTVisitor):
         if name is not None:
             self.found.append(name)
         else:
-            node.value.visit(self)
+            walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -47,7 +48,7 @@ class TfDataInJitRule(Rule):
         if not ctx.tables.allowed or not _jitted(updated):
             return None
         refs = _Refs(ctx)
-        original.body.visit(refs)
+        walk(original.body, refs)
         for name in dict.fromkeys(refs.found):
             record = ctx.tables.allowance(name)
             if record is not None:

@@ -15,11 +15,13 @@ methods (Flax modules) and in functions tf.data itself runs are left alone.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern.features.tf_data.datasets import FileDatasets, parse_expression
 from tern.engine.results import code
 from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
+from tern.engine.walk import findall, walk
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
@@ -47,14 +49,14 @@ def _names(node: cst.CSTNode) -> set[str]:
         def visit_Name(self, name: cst.Name) -> None:
             found.add(name.value)
 
-    node.visit(Collect())
+    walk(node, Collect())
     return found
 
 
 def _feeds_a_call(target: cst.BaseExpression, *body: cst.CSTNode) -> bool:
     passed = _Passed()
     for node in body:
-        node.visit(passed)
+        walk(node, passed)
     return bool(_names(target) & passed.names)
 
 
@@ -123,6 +125,8 @@ class TfDataLoopsRule(Rule):
         frame = ctx.frame
         if facts is None or not facts.record.bridge or frame is None or frame.in_module_method:
             return None
+        if not findall(updated.body, m.For() | m.CompFor()):
+            return None  # the bridge wraps loops' iterables only: no loop, nothing to do
         params = set() if ctx.is_test else _params(original)
         bridge = _Bridge(ctx, facts.judge(original.name.value, params), facts.record.bridge)
         body = updated.body.visit(bridge)

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import walk
 
 TF_FUNCTION = "tensorflow.function"
 
@@ -78,7 +79,7 @@ class TfFunctionRule(Rule):
         in_class = ctx.frame is not None and ctx.frame.in_module_method
         updated = updated.visit(_GraphConds(ctx))
         control = _Control()
-        updated.body.visit(control)
+        walk(updated.body, control)
         if in_class or control.reason:
             del decorators[i]
             return updated.with_changes(decorators=decorators)

@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern.features.training.step_syntax import UNROLLED
 from tern.features.training.train_steps import OPTIMIZER_READS
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
@@ -190,7 +191,7 @@ class _Unroll(cst.CSTTransformer):
             name, comp = UNROLLED, small.value
         else:
             return updated
-        if not any(c.func.value in self.updating for c in m.findall(comp.elt, m.Call(func=m.Name()))):
+        if not any(c.func.value in self.updating for c in findall(comp.elt, m.Call(func=m.Name()))):
             return updated
         loop = cst.For(target=comp.for_in.target, iter=comp.for_in.iter, body=cst.IndentedBlock([
             cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("append")), [cst.Arg(comp.elt)]))])]))

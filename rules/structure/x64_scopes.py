@@ -21,6 +21,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 #: TF ops whose result dtype is their inputs' or the one they are given (canonical sources)
 PRESERVING = frozenset({
@@ -64,7 +65,7 @@ class X64ScopesRule(Rule):
 
 
 def _uses_64_bits(ctx, fn: cst.FunctionDef) -> bool:
-    for node in m.findall(fn.body, m.Attribute()):
+    for node in findall(fn.body, m.Attribute()):
         record = ctx.tables.api.get(ctx.resolve(node) or "")
         if record is not None and record.x64:
             return True
@@ -73,10 +74,10 @@ def _uses_64_bits(ctx, fn: cst.FunctionDef) -> bool:
 
 def _keeps_dtypes(ctx, fn: cst.FunctionDef) -> bool:
     """Every call in the body keeps or names its dtypes; no nested scopes, no generators."""
-    if m.findall(fn.body, m.FunctionDef() | m.ClassDef() | m.Lambda() | m.Yield() | m.GeneratorExp()
+    if findall(fn.body, m.FunctionDef() | m.ClassDef() | m.Lambda() | m.Yield() | m.GeneratorExp()
                  | m.ListComp() | m.SetComp() | m.DictComp()):
         return False
-    for call in m.findall(fn.body, m.Call()):
+    for call in findall(fn.body, m.Call()):
         if isinstance(call.func, cst.Name) and call.func.value in BUILTINS and ctx.resolve(call.func) is None:
             continue
         record = ctx.tables.api.get(ctx.resolve(call.func) or "")

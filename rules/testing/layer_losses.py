@@ -20,6 +20,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern_rules.testing import module_calls
 from tern.engine.nodes import holder
+from tern.engine.walk import children, findall, walk
 
 SUPPORT = "keras_model_losses"
 REASON = ("Keras recomputes weight penalties from the current weights and keeps the terms of the last call; "
@@ -126,7 +127,7 @@ class _Flow:
         if isinstance(node, cst.Attribute):
             self.expr(node.value, state)
             return
-        for child in node.children:
+        for child in children(node):
             self.expr(child.value if isinstance(child, cst.Arg) else child, state)  # a keyword is no use
 
     def poison(self, node: cst.CSTNode, state) -> None:
@@ -147,7 +148,7 @@ class _Flow:
                 if name.value == "self":
                     _stale_self(state)
 
-        node.visit(V())
+        walk(node, V())
 
 
 def _stale_self(state) -> None:
@@ -166,9 +167,12 @@ class LayerLossesRule(Rule):
     order = 75  # before module_calls, which turns the calls it reads into _tern_apply
 
     def visit_function(self, ctx, node):
+        reads = ctx.rule_state.setdefault(self.id, {})
+        if not findall(node.body, m.Attribute(attr=m.Name("losses"))):
+            return  # no ``X.losses`` to judge: the flow would record nothing
         flow = _Flow()
         flow.block(node.body.body, {})
-        ctx.rule_state.setdefault(self.id, {}).update(flow.reads)
+        reads.update(flow.reads)
 
     def leave_attribute(self, ctx, original, updated):
         if not _is_read(original) or module_calls.RULE._instance(ctx, original.value) is None:

@@ -22,6 +22,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern_rules.structure.sequential import becomes_nn_sequential
 from tern.engine.nodes import holder
+from tern.engine.walk import walk
 
 
 LEAVES = {
@@ -70,7 +71,7 @@ def remember_tuple_return(ctx, fn: cst.FunctionDef) -> None:
         def visit_Return(self, node):
             returns.append(node.value)
 
-    fn.visit(Returns())
+    walk(fn, Returns())
     if len(returns) != 1 or not isinstance(returns[0], cst.Tuple):
         return
     key = ("self." if ctx.classes else "") + fn.name.value

@@ -17,6 +17,7 @@ import libcst.matchers as m
 from tern.engine.results import Refusal
 from tern.engine.render import api_call
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 SOURCE = "tensorflow.random.Generator"
 MAKERS = frozenset({f"{SOURCE}.from_seed", f"{SOURCE}.from_non_deterministic_state", SOURCE,
@@ -37,8 +38,8 @@ def _bindings(ctx, stmts) -> dict[str, cst.SimpleStatementLine]:
 
 def _uses(node: cst.CSTNode, ref: m.BaseMatcherNode) -> tuple[list[cst.Call], int]:
     """Draw calls on ``ref`` (``ref.uniform(...)``) and the number of all references to it."""
-    draws = [c for c in m.findall(node, m.Call(func=m.Attribute(value=ref, attr=m.Name())))]
-    return draws, len(m.findall(node, ref))
+    draws = [c for c in findall(node, m.Call(func=m.Attribute(value=ref, attr=m.Name())))]
+    return draws, len(findall(node, ref))
 
 
 class RandomGeneratorsRule(Rule):

@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 ASSERTIONS = frozenset({"assertEqual", "assertEquals"})
 NUMBER = m.Integer() | m.Float() | m.UnaryOperation(operator=m.Minus(), expression=m.Integer() | m.Float())
@@ -31,7 +32,7 @@ def _numbers(node: cst.BaseExpression) -> bool:
 
 def _plain_value(node: cst.BaseExpression) -> bool:
     """A name, attribute or subscript chain with no call in it, and not a ``.shape``."""
-    if not m.matches(node, VALUE) or m.findall(node, m.Call()):
+    if not m.matches(node, VALUE) or findall(node, m.Call()):
         return False
     return not m.matches(node, m.Attribute(attr=m.Name("shape")))
 

@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 
 HELPERS = ("cached_session", "test_session", "session")
 DEVICE_ONLY = {"use_gpu", "force_gpu"}
@@ -35,7 +36,7 @@ def _why_kept(item: cst.WithItem, body: cst.BaseSuite) -> str | None:
         name = item.asname.name
         if not isinstance(name, cst.Name):
             return "the session is unpacked"
-        if m.findall(body, m.Name(name.value)):
+        if findall(body, m.Name(name.value)):
             return f"the body uses the session `{name.value}` (sess.run of graph tensors): graph-mode code, computed eagerly in JAX"
     return None
 
@@ -71,7 +72,7 @@ class TestSessionsRule(Rule):
     def leave_function(self, ctx, original, updated):
         if not ctx.rule_state.get("tf_testcase_depth"):
             return None
-        if not m.findall(original, m.With(items=[m.ZeroOrMore(), m.WithItem(item=m.Call(func=m.Attribute(
+        if not findall(original, m.With(items=[m.ZeroOrMore(), m.WithItem(item=m.Call(func=m.Attribute(
                 value=m.Name("self"), attr=m.OneOf(*(m.Name(h) for h in HELPERS))))), m.ZeroOrMore()])):
             return None
         out = updated.visit(_Unwrap())

@@ -28,6 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
+from tern.engine.walk import findall
 from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, is_tape_with, names_in, tape_uses, plain_tape,
                                                        stores)
 
@@ -39,10 +40,10 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
         return block, PERSISTENT
     body = list(stmt.body.body)
     if not all(isinstance(s, cst.SimpleStatementLine) for s in body) or any(
-            m.findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
+            findall(s, m.Return() | m.Global() | m.Nonlocal()) or tape_uses(s, tape) for s in body):
         return block, None  # an input tape (watch) or a block: left to the caller's report
     gradient = m.Call(func=m.Attribute(value=m.Name(tape), attr=m.Name("gradient")))
-    grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1) for c in m.findall(s, gradient)]
+    grads = [(i, c) for i, s in enumerate(block[at + 1:], at + 1) for c in findall(s, gradient)]
     if len(grads) != 1 or sum(len(tape_uses(s, tape)) for s in fn.body.body) != 1:
         return block, "the tape is used for more than one tape.gradient(...) after its block"
     grad_at, call = grads[0]

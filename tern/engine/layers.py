@@ -14,6 +14,7 @@ from tern.engine.records import DROP, LayerRecord
 from tern.engine.render import LAYER_BOOKKEEPING, Bound, bind, build_call, map_arguments
 from tern.engine.results import code
 from tern.engine.templates import expand_template
+from tern.engine.walk import findall
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def stateless_lambda(ctx, layer: Stateless) -> cst.BaseExpression | Refusal:
         return body
     if (
         isinstance(body, cst.Call) and len(body.args) == 1 and body.args[0].keyword is None and not body.args[0].star
-        and m.matches(body.args[0].value, m.Name("inputs")) and not m.findall(body.func, m.Name("inputs"))
+        and m.matches(body.args[0].value, m.Name("inputs")) and not findall(body.func, m.Name("inputs"))
     ):
         return body.func
     return cst.Lambda(

@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass
 
 import libcst as cst
+from tern.engine.walk import walk
 
 SOURCE_ROOTS = ("tensorflow", "keras", "tf_keras")
 
@@ -149,7 +150,7 @@ def function_scope(node: cst.FunctionDef | cst.Lambda) -> tuple[set[str], dict[s
         if isinstance(star, cst.Param):
             visitor.names.add(star.name.value)
     if isinstance(node, cst.FunctionDef):
-        node.body.visit(visitor)
+        walk(node.body, visitor)
     visitor.names.difference_update(visitor.imports)
     return visitor.names, visitor.imports
 

@@ -65,18 +65,16 @@ def mask_facts(cls: ast.ClassDef) -> MaskFacts:
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     call = methods.get("call")
     takes_mask = _has_param(call, "mask") if call is not None else None
-    makes = any(
-        isinstance(node, ast.keyword) and node.arg == "mask_zero" and not (isinstance(node.value, ast.Constant) and node.value.value is False)
-        for node in ast.walk(cls)
-    )
+    makes, supports = False, []  # one walk for both
+    for node in ast.walk(cls):
+        if isinstance(node, ast.keyword) and node.arg == "mask_zero" and not (isinstance(node.value, ast.Constant) and node.value.value is False):
+            makes = True
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                and any(isinstance(t, ast.Attribute) and t.attr == "supports_masking" for t in node.targets):
+            supports.append(node.value.value)
     compute = methods.get("compute_mask")
     if compute is not None:
         return MaskFacts(takes_mask, _compute_mask_output(compute), makes)
-    supports = [
-        node.value.value for node in ast.walk(cls)
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        and any(isinstance(t, ast.Attribute) and t.attr == "supports_masking" for t in node.targets)
-    ]
     if supports:
         return MaskFacts(takes_mask, "input" if all(v is True for v in supports) else "unknown", makes)
     return MaskFacts(takes_mask, None, makes)
@@ -336,9 +334,12 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         return
     for feature in features():
         feature.scan(info, tree, module, _is_test_module(module), source)
+    builds_model: dict[int, bool] = {}  # id(function) -> whether it calls Model/Sequential, for the loop below too
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _returns_model(node):
-            info.model_builders.add(node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            builds_model[id(node)] = _returns_model(node)
+            if builds_model[id(node)]:
+                info.model_builders.add(node.name)
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             info.calls[node.name] = {
@@ -356,7 +357,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
                 node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node),
                 frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
             )
-        elif isinstance(node, ast.FunctionDef) and _returns_model(node):
+        elif isinstance(node, ast.FunctionDef) and builds_model[id(node)]:
             info.factories.add(node.name)
         elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):
             info.training_helpers.add(node.name)

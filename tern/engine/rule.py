@@ -51,6 +51,15 @@ class Rule:
         return None
 
 
+HOOKS = ("visit_class", "visit_function", "prepare_call", "leave_call", "leave_attribute", "leave_statement",
+         "leave_function", "leave_class", "leave_module")
+
+
+def overrides(rule: Rule, hook: str) -> bool:
+    """Whether ``rule`` has a hook of its own (``Rule``'s return None): the engine calls only those."""
+    return hook in vars(rule) or getattr(type(rule), hook) is not getattr(Rule, hook)
+
+
 @functools.cache
 def discover() -> tuple[Rule, ...]:
     rules: list[Rule] = []

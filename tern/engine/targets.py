@@ -14,6 +14,7 @@ import libcst as cst
 
 from tern.engine.names import ast_scope, dotted_name, import_bindings
 from tern.engine.records import TargetModule
+from tern.engine.results import module_code
 
 
 def attribute_chain(dotted: str) -> cst.BaseExpression:
@@ -194,7 +195,7 @@ def finalize_imports(
     """
     body = list(module.body)
     if any(_is_source_import(stmt) for stmt in body):
-        used = names_in_use(module.code)
+        used = names_in_use(module_code(module))
     else:
         used = set()
     removed: list[str] = []

@@ -8,7 +8,6 @@ the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ import libcst.matchers as m
 
 
 from tern.engine.context import FileContext, FunctionFrame, LayerRef
+from tern.engine.dispatch import CachedHooks
 from tern.engine.features import KeptTF, features
 from tern.engine.results import Refusal
 from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
@@ -24,12 +24,13 @@ from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_binding
 from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.engine.records import ApiRecord, Tables, tables as default_tables
 from tern.engine.render import api_call, commas, bind
-from tern.engine.results import code
+from tern.engine.results import code, module_code
 from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
-from tern.engine.rule import consumed_names, discover
+from tern.engine.rule import HOOKS, consumed_names, discover, overrides
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
+from tern.engine.walk import findall, walk
 
 
 @dataclass
@@ -74,11 +75,11 @@ class _SourceRefs(cst.CSTVisitor):
         if name is not None:
             self.found.append(name)
         else:
-            node.value.visit(self)  # ``attr`` is a member name, never a reference
+            walk(node.value, self)  # ``attr`` is a member name, never a reference
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -96,11 +97,13 @@ class _SourceRefs(cst.CSTVisitor):
         return False
 
 
-class Translator(cst.CSTTransformer):
+class Translator(CachedHooks):
     def __init__(self, ctx: FileContext):
         super().__init__()
         self.ctx = ctx
         self.rules = [r for r in discover() if r.applies(ctx.is_test)]
+        #: per hook, the rules that have one (in order): the others' inherited hooks all return None
+        self.hooked = {hook: [r for r in self.rules if overrides(r, hook)] for hook in HOOKS}
         self.consumed = consumed_names()
         self._callees: set[int] = set()
         self._edit_marks: list[int] = []
@@ -132,7 +135,7 @@ class Translator(cst.CSTTransformer):
         """Activation values this file compares with ``==``/``is``: everywhere in the file they
         are written as one named definition, so the comparison means what it meant in TF."""
         out = set()
-        for comparison in m.findall(module, m.Comparison()):
+        for comparison in findall(module, m.Comparison()):
             for operand in (comparison.left, *(t.comparator for t in comparison.comparisons)):
                 name = self.ctx.resolve(operand) if isinstance(operand, (cst.Name, cst.Attribute)) else None
                 value = self.ctx.tables.value("activation", name) if name else None
@@ -145,7 +148,7 @@ class Translator(cst.CSTTransformer):
             return self._keep_generated(node)
         self._not_refs.add(id(node.name))
         self.ctx.classes.append(None)
-        for rule in self.rules:
+        for rule in self.hooked["visit_class"]:
             rule.visit_class(self.ctx, node)
         self._touched_source.append(False)
 
@@ -158,7 +161,7 @@ class Translator(cst.CSTTransformer):
         self.ctx.scopes.push_function(node)
         self._not_refs.add(id(node.name))
         self.ctx.frames.append(FunctionFrame(node.name.value))
-        for rule in self.rules:
+        for rule in self.hooked["visit_function"]:
             rule.visit_function(self.ctx, node)
         self._touched_source.append(False)
 
@@ -306,7 +309,7 @@ class Translator(cst.CSTTransformer):
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         ctx = self.ctx
         self._edit_mark = self._edit_marks.pop()
-        for rule in self.rules:
+        for rule in self.hooked["prepare_call"]:
             prepared = rule.prepare_call(ctx, original, updated)
             if prepared is not None:
                 ctx.edit(rule.id, original, prepared)
@@ -336,7 +339,7 @@ class Translator(cst.CSTTransformer):
             updated = layer_call
             if not isinstance(updated, cst.Call):
                 return updated  # inlined (Identity, Cropping...): nothing left for call rules
-        for rule in self.rules:
+        for rule in self.hooked["leave_call"]:
             out = rule.leave_call(ctx, original, updated)
             if out is not None:
                 ctx.edit(rule.id, original, out)
@@ -445,7 +448,7 @@ class Translator(cst.CSTTransformer):
         name = ctx.resolve(original)
         if name is None:
             if isinstance(original, cst.Attribute):
-                for rule in self.rules:
+                for rule in self.hooked["leave_attribute"]:
                     out = rule.leave_attribute(ctx, original, updated)
                     if out is not None:
                         ctx.edit(rule.id, original, out)
@@ -479,7 +482,7 @@ class Translator(cst.CSTTransformer):
             out = ctx.target_expr(value.target)
             ctx.edit(f"value:activation:{name}", original, out)
             return out
-        for rule in self.rules:
+        for rule in self.hooked["leave_attribute"]:
             if isinstance(original, cst.Attribute):
                 out = rule.leave_attribute(ctx, original, updated)
                 if out is not None:
@@ -511,7 +514,7 @@ class Translator(cst.CSTTransformer):
     # -- statements and blocks ---------------------------------------------------------
     def leave_SimpleStatementLine(self, original, updated):
         pending_at = self._pending_at.pop()
-        for rule in self.rules:
+        for rule in self.hooked["leave_statement"]:
             out = rule.leave_statement(self.ctx, original, updated)
             if out is not None:
                 if isinstance(out, cst.RemovalSentinel):
@@ -536,7 +539,7 @@ class Translator(cst.CSTTransformer):
         if id(original) in self._opaque:
             return self._finish_statement(updated, opaque=True)
         out = updated
-        for rule in self.rules:
+        for rule in self.hooked["leave_function"]:
             res = rule.leave_function(self.ctx, original, out)
             if res is not None:
                 self.ctx.edit(rule.id, _fn_header(original), _fn_header(res) if isinstance(res, cst.FunctionDef) else cst.Pass())
@@ -550,7 +553,7 @@ class Translator(cst.CSTTransformer):
         if id(original) in self._opaque:
             return self._finish_statement(updated, opaque=True)
         out = updated
-        for rule in self.rules:
+        for rule in self.hooked["leave_class"]:
             if not isinstance(out, cst.ClassDef):
                 break  # a rule replaced the class by other statements
             res = rule.leave_class(self.ctx, original, out)
@@ -570,16 +573,16 @@ class Translator(cst.CSTTransformer):
             target = node
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 for dec in node.decorators:
-                    dec.visit(refs)
+                    walk(dec, refs)
                 if isinstance(node, cst.FunctionDef):  # the header: annotations and defaults
-                    node.params.visit(refs)
+                    walk(node.params, refs)
                     if node.returns is not None:
-                        node.returns.visit(refs)
+                        walk(node.returns, refs)
                 if isinstance(node, cst.ClassDef):
                     for base in node.bases:
-                        base.visit(refs)
+                        walk(base, refs)
             else:
-                target.visit(refs)
+                walk(target, refs)
             covered = {t.construct for t in ctx.pending}
             for name in refs.found:
                 short = _short_name(name)
@@ -598,7 +601,7 @@ class Translator(cst.CSTTransformer):
         return _with_todo_comments(node, todos)
 
     def leave_Module(self, original, updated):
-        for rule in self.rules:
+        for rule in self.hooked["leave_module"]:
             res = rule.leave_module(self.ctx, updated)
             if res is not None:
                 updated = res
@@ -815,7 +818,7 @@ def translate_module(
 
     allowed, kept_comment = frozenset(), None
     if ctx.kept_tf and tables.allowed:  # TF left on purpose: is that all an import is used for?
-        reading = _read_kept(out.code, package, tables)
+        reading = _read_kept(module_code(out), package, tables)
         allowed = reading.bindings if reading is not None else frozenset()
         comment = "# " + tables.allowed[0].import_comment
 
@@ -835,7 +838,7 @@ def translate_module(
     out, support = imported.module, imported.names
     if imported.added:
         ctx.edits.append(Edit("imports", "", imported.added))
-    text = out.code
+    text = imported.text if imported.text is not None else module_code(out)
     uses = []
     if ctx.kept_tf:
         reading = _read_kept(text, package, tables)
@@ -848,6 +851,7 @@ class _SupportImport:
     module: cst.Module  # importing every support definition its code refers to and does not define
     names: tuple[str, ...]  # those definitions
     added: str  # the import's text when it is new, else ""
+    text: str | None = None  # ``module.code`` when it was generated on the way (a whole-file codegen saved)
 
 
 def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
@@ -859,13 +863,13 @@ def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
-    text = stripped.code
-    if not any(name in text for name in _support_prefixes()):
-        return _SupportImport(stripped, (), "")
+    text = module_code(stripped)
+    if not _may_use_support(text):
+        return _SupportImport(stripped, (), "", text)
     tree = ast.parse(text)
     used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
     if not used:
-        return _SupportImport(stripped, (), "")
+        return _SupportImport(stripped, (), "", text)
     statement = import_statement(support_module, used)
     node = cst.parse_statement(statement)
     at = 0
@@ -887,10 +891,10 @@ def _imports_from(stmt: cst.CSTNode, support_module: str) -> bool:
             and stmt.body[0].module is not None and dotted_name(stmt.body[0].module) == support_module)
 
 
-@functools.lru_cache(maxsize=1)
-def _support_prefixes() -> tuple[str, ...]:
-    """Cheap test before parsing: every support name starts with one of these."""
-    return tuple(sorted({name[:5] for name in support_names()}))
+def _may_use_support(text: str) -> bool:
+    """Cheap test before parsing: a name the code uses is written in its text (an ASCII text:
+    Python folds other identifiers to NFKC, which could spell a support name differently)."""
+    return not text.isascii() or any(name in text for name in support_names())
 
 
 def _module_bound(tree) -> set[str]:

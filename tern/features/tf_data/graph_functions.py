@@ -15,6 +15,7 @@ import libcst as cst
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, parse_expression
 from tern.engine.names import short_name
 from tern.engine.results import code
+from tern.engine.walk import walk
 
 
 def _scope(ctx) -> str:
@@ -69,7 +70,7 @@ class _Names(cst.CSTVisitor):
         if name is not None:
             self.found.append(name)
         else:
-            node.value.visit(self)  # ``attr`` is a member name, never a reference
+            walk(node.value, self)  # ``attr`` is a member name, never a reference
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -78,12 +79,12 @@ class _Names(cst.CSTVisitor):
             self.found.append(name)
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # a keyword is not a reference
+        walk(node.value, self)  # a keyword is not a reference
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_Import(self, node) -> bool:
@@ -98,9 +99,9 @@ def check(ctx, node: cst.FunctionDef | cst.Lambda) -> None:
     names = _Names(ctx)
     if isinstance(node, cst.FunctionDef):
         for decorator in node.decorators:
-            decorator.visit(names)
+            walk(decorator, names)
         node = node.with_changes(decorators=[])
-    node.visit(names)
+    walk(node, names)
     for name in dict.fromkeys(names.found):
         if not record.allowed_in_graph(name):
             ctx.todo(short_name(name), record.graph_reason)

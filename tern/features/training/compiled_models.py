@@ -217,23 +217,25 @@ class _Analysis:
                 self._function(node, node.name, None, tree)
             elif isinstance(node, ast.ClassDef):
                 class_nodes = [n for item in node.body if isinstance(item, ast.FunctionDef) for n in _own_nodes(item)]
+                # once per class, not once per method: a method sees what any method sets on self
+                attributes = {k: v for k, v in _assignments(class_nodes).items() if k.startswith("self.")}
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef):
-                        self._function(item, None, node, tree, class_nodes)
+                        self._function(item, None, node, tree, attributes)
 
-    def _function(self, fn, top, cls, tree, class_nodes=()) -> None:
+    def _function(self, fn, top, cls, tree, attributes=None) -> None:
         scope = _Scope(fn, top, cls, tree)
         nodes = list(_own_nodes(fn))
-        self._scope(scope, nodes, class_nodes)
+        self._scope(scope, nodes, attributes)
         for node in nodes:
             if isinstance(node, ast.FunctionDef):
-                self._function(node, None, cls, tree, class_nodes)
+                self._function(node, None, cls, tree, attributes)
 
-    def _scope(self, scope: _Scope, nodes: list[ast.AST], class_nodes=()) -> None:
+    def _scope(self, scope: _Scope, nodes: list[ast.AST], attributes: dict[str, list[ast.expr]] | None = None) -> None:
+        """``attributes``: the ``self.x`` assignments of the scope's class, all methods together."""
         scope.assigned = _assignments(nodes)
-        for key, values in _assignments(class_nodes).items():
-            if key.startswith("self."):
-                scope.assigned.setdefault(key, values)
+        for key, values in (attributes or {}).items():
+            scope.assigned.setdefault(key, values)
         self.scopes.append((scope, nodes))
         for node in nodes:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:

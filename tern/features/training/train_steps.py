@@ -328,17 +328,20 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
     names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
     if "state" in names or "state" in params:
         return None
+    own = list(own_nodes(fn))
+    own_ids = {id(n) for n in own}
+    nested = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and id(n) not in own_ids}  # nested_use, for every param at once
+    calls = {id(n.func): n for n in own if isinstance(n, ast.Call)}
+    passed = {}
+    for call, sig in passing_calls(fn, sigs):
+        arg = arg_at(call, sig, sig.model)
+        if arg is not None and sig.kind == "reader":
+            passed[id(arg)] = call
     for param in params:
-        uses = [n for n in own_nodes(fn) if isinstance(n, ast.Name) and n.id == param]
-        if not uses or nested_use(fn, (param,)):
+        uses = [n for n in own if isinstance(n, ast.Name) and n.id == param]
+        if not uses or param in nested:
             continue
         ok, evidence = True, False
-        calls = {id(n.func): n for n in own_nodes(fn) if isinstance(n, ast.Call)}
-        passed = {}
-        for call, sig in passing_calls(fn, sigs):
-            arg = arg_at(call, sig, sig.model)
-            if arg is not None and sig.kind == "reader":
-                passed[id(arg)] = call
         for use in uses:
             if id(use) in passed:
                 evidence = True
@@ -363,21 +366,46 @@ def _reader_or_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple
 def _settle(functions: list[ast.FunctionDef], sigs: dict, refusals: dict, classify) -> None:
     """Classify the functions not decided yet until nothing changes: a function's kind can
     depend on the kinds of the functions it calls, in any order of definition."""
+    decide = _Remembered(classify, sigs)
     changed = True
     while changed:
         changed = False
         for fn in functions:
             if fn.name in sigs or fn.name in refusals:
                 continue
-            sig, _ = classify(fn, sigs)
+            sig, _ = decide(fn)
             if sig is not None:
                 sigs[fn.name] = sig
                 changed = True
     for fn in functions:  # a refusal stands only once no callee can still change
         if fn.name not in sigs and fn.name not in refusals:
-            _, reason = classify(fn, sigs)
+            _, reason = decide(fn)
             if reason:
                 refusals[fn.name] = reason
+
+
+class _Remembered:
+    """``classify(fn, sigs)``, asked again only when the signature of a function ``fn`` calls by
+    name has changed since: the classifiers read ``sigs`` only at such calls (``f(...)`` with
+    ``f`` in ``sigs``). Each pass of ``_settle`` otherwise re-read every undecided function."""
+
+    def __init__(self, classify, sigs: dict):
+        self.classify, self.sigs = classify, sigs
+        self.answers: dict[int, tuple[tuple, tuple]] = {}  # id(fn) -> (its callees' sigs then, the answer)
+        self.callees: dict[int, tuple[str, ...]] = {}
+
+    def __call__(self, fn: ast.FunctionDef) -> tuple:
+        names = self.callees.get(id(fn))
+        if names is None:
+            names = self.callees[id(fn)] = tuple(sorted({
+                n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}))
+        seen = tuple(self.sigs.get(name) for name in names)
+        last = self.answers.get(id(fn))
+        if last is not None and all(a is b for a, b in zip(last[0], seen)):
+            return last[1]
+        answer = self.classify(fn, self.sigs)
+        self.answers[id(fn)] = (seen, answer)
+        return answer
 
 
 def analyse(functions: list[ast.FunctionDef]) -> tuple[dict[str, TrainSig], dict[str, str]]:

@@ -1,0 +1,212 @@
+"""Read-only walks over a LibCST tree that do not rebuild it.
+
+``node.visit(visitor)`` rebuilds every node of the subtree, even for a ``CSTVisitor`` that
+changes nothing, and ``libcst.matchers.findall`` walks that way: on the engine's hot paths
+the rebuilding was most of the time. These read a node's children straight off its fields,
+in the order LibCST itself visits them, so visitors and matchers see exactly the nodes, in
+exactly the order, they would have seen. Transformers (which return new trees) still use
+``node.visit``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from typing import Callable, Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+from tern.engine.dispatch import has_field_hooks, hooks
+
+#: per node type, the function that lists its children (learnt on first sight, ``_learn``)
+_CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
+_VISITS = re.compile(r"visit_[a-z_]+")
+
+
+def _written_fields(kind: type) -> dict[str, set[str]] | None:
+    """The fields ``kind._visit_and_replace_children`` passes to LibCST's ``visit_*`` helpers, in
+    the order it passes them, each with the helpers it is passed to (``visit_required``: always a
+    node; ``visit_sequence``: a sequence; others: maybe absent). Read from its source, since some
+    fields are visited only when set (``FormattedStringExpression.format_spec``) and the order is
+    not always the dataclass' (``Call`` visits ``lpar`` before ``func``)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(kind._visit_and_replace_children))
+    except (OSError, TypeError):
+        return None
+    calls = [
+        call for call in ast.walk(ast.parse(source))
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and _VISITS.fullmatch(call.func.id)
+        and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)
+    ]
+    calls.sort(key=lambda call: (call.lineno, call.col_offset))
+    fields: dict[str, set[str]] = {}
+    for call in calls:
+        fields.setdefault(call.args[1].value, set()).add(call.func.id)
+    return fields
+
+
+def _present(value) -> tuple | list:
+    """A field that may hold nothing (None, MaybeSentinel), one node, or a sequence of them."""
+    if value is None or value.__class__ is cst.MaybeSentinel:
+        return ()
+    return (value,) if isinstance(value, cst.CSTNode) else value
+
+
+def _compiled(fields: dict[str, set[str]]) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """One list display per node type (``[*node.lpar, node.func, ...]``): the walk's inner loop,
+    several times faster than reading the fields by name in a loop."""
+    parts = []
+    for name, helpers in fields.items():
+        if helpers == {"visit_required"}:
+            parts.append(f"node.{name}")
+        elif helpers <= {"visit_sequence", "visit_body_sequence"}:
+            parts.append(f"*(node.{name} or ())")
+        else:
+            parts.append(f"*_present(node.{name})")
+    namespace = {"_present": _present}
+    exec(f"def children(node):\n    return [{', '.join(parts)}]\n", namespace)  # field names read from LibCST's source
+    return namespace["children"]
+
+
+class _FieldOrder(cst.CSTVisitor):
+    """The fields LibCST's visit announces for one node, in order."""
+
+    def __init__(self, root: cst.CSTNode):
+        self.root = root
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node is self.root
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        pass
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        if node is self.root and attribute not in self.fields:
+            self.fields.append(attribute)
+
+    def on_leave_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+def _libcst_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    return list(node.children)
+
+
+def _learn(node: cst.CSTNode) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """Once per node type: the written fields, checked against what LibCST's own visit of this
+    node announces (one shallow rebuild). Where they disagree LibCST is asked for every node."""
+    fields = _written_fields(type(node))
+    lister = _libcst_children
+    if fields is not None:
+        recorder = _FieldOrder(node)
+        node.visit(recorder)
+        written = iter(fields)
+        if all(name in written for name in recorder.fields):  # a subsequence, in order
+            lister = _compiled(fields)
+    _CHILDREN[type(node)] = lister
+    return lister
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node.children`` without the rebuild: the same nodes, in lexical order."""
+    return (_CHILDREN.get(node.__class__) or _learn(node))(node)
+
+
+def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``root`` and every node below it, in pre-order (the order a visitor meets them)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        below = (_CHILDREN.get(node.__class__) or _learn(node))(node)
+        below.reverse()
+        stack.extend(below)
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """``node.visit(visitor)`` for a read-only visitor: the same ``on_visit``/``on_leave`` calls in
+    the same order, nothing rebuilt. A visitor with per-field hooks gets LibCST's own visit."""
+    if has_field_hooks(visitor):
+        node.visit(visitor)
+    elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
+        _dispatch(node, visitor)
+    else:
+        _walk(node, visitor)
+
+
+def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    if visitor.on_visit(node):
+        for child in children(node):
+            _walk(child, visitor)
+    visitor.on_leave(node)
+
+
+def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """``_walk`` for a visitor with LibCST's own ``on_visit``/``on_leave``: their lookup of the
+    ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
+    once per node type, and the stubs of the types the visitor has no method for are not called."""
+    table: dict[type, tuple[Callable | None, Callable | None]] = {}
+    stack: list = [root]
+    while stack:
+        item = stack.pop()
+        if item.__class__ is tuple:  # (node,): its children are done, leave it
+            node = item[0]
+            leave = table[node.__class__][1]
+            if leave is not None:
+                leave(node)
+            continue
+        kind = item.__class__
+        pair = table.get(kind)
+        if pair is None:
+            pair = table[kind] = hooks(visitor, cst.CSTVisitor, kind)
+        stack.append((item,))
+        if pair[0] is None or pair[0](item) is not False:
+            below = (_CHILDREN.get(kind) or _learn(item))(item)
+            below.reverse()
+            stack.extend(below)
+
+
+def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
+    """The node type names ``matcher`` can match (None: any). A plain node matcher such as
+    ``m.Call(...)`` matches only nodes whose class has its name (LibCST compares the names)."""
+    if isinstance(matcher, (m.OneOf, m.TypeOf)):
+        kinds = [_node_types(option) for option in matcher.options]
+        return None if any(k is None for k in kinds) else frozenset().union(*kinds)
+    if isinstance(matcher, m.AllOf) or type(matcher).__module__ != m.__name__:
+        return None
+    return frozenset((type(matcher).__name__,))
+
+
+def _test(matcher) -> Callable[[cst.CSTNode], bool] | None:
+    """How ``libcst.matchers.findall`` decides one node, or None where that is not proven the same."""
+    if isinstance(matcher, m.MatchIfTrue):
+        return lambda node: bool(matcher.func(node))
+    if isinstance(matcher, m.BaseMatcherNode):
+        return lambda node: m.matches(node, matcher)
+    return None  # DoesNotMatch, SaveMatchedNode, metadata matchers: LibCST's own findall
+
+
+def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher) -> list[cst.CSTNode]:
+    """``libcst.matchers.findall(tree, matcher)``: the same nodes in the same order (pre-order, the
+    root included), found without rebuilding the tree and trying the matcher only on nodes of a type
+    it can match."""
+    if isinstance(tree, (cst.MaybeSentinel, cst.RemovalSentinel)):
+        return []
+    test = _test(matcher) if isinstance(tree, cst.CSTNode) else None
+    if test is None:
+        return list(m.findall(tree, matcher))
+    kinds = _node_types(matcher) if isinstance(matcher, m.BaseMatcherNode) else None
+    found = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if (kinds is None or node.__class__.__name__ in kinds) and test(node):
+            found.append(node)
+        below = (_CHILDREN.get(node.__class__) or _learn(node))(node)
+        below.reverse()
+        stack.extend(below)
+    return found

@@ -1,0 +1,28 @@
+"""``tern.engine.results.code``/``module_code`` write what LibCST's ``code_for_node``/``.code``
+write, on the fixtures before and after: a difference would change every output file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from tern.engine.results import code, module_code
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "fixtures" / "tf").rglob("*.py"))[::3] + sorted((ROOT / "fixtures" / "expected").rglob("*.py"))[::3]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_same_code_as_libcst(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    assert module_code(module) == module.code
+    for stmt in module.body:
+        assert code(stmt) == cst.Module([]).code_for_node(stmt)
+        assert code(stmt, module) == module.code_for_node(stmt)
+
+
+def test_crlf_and_tabs_are_the_modules():
+    module = cst.parse_module("if x:\r\n\ty = 1\r\n")
+    assert module_code(module) == module.code == "if x:\r\n\ty = 1\r\n"

@@ -1,0 +1,56 @@
+"""``tern.engine.dispatch.CachedHooks`` calls the hooks LibCST's ``CSTTransformer`` calls, in the
+same order, with the same results; and refuses a per-field hook it would not call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from tern.engine.dispatch import CachedHooks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _transformer(base: type) -> type:
+    class Renames(base):
+        """Renames names, skips the bodies of two-parameter functions, drops ``pass``."""
+
+        def __init__(self):
+            super().__init__()
+            self.events: list[tuple[str, str]] = []
+
+        def visit_FunctionDef(self, node) -> bool:
+            self.events.append(("def", node.name.value))
+            return len(node.params.params) != 2
+
+        def leave_FunctionDef(self, original, updated):
+            self.events.append(("/def", original.name.value))
+            return updated
+
+        def visit_Call(self, node) -> None:
+            self.events.append(("call", type(node.func).__name__))
+
+        def leave_Name(self, original, updated):
+            return updated.with_changes(value=updated.value + "_")
+
+        def leave_Pass(self, original, updated):
+            return cst.RemovalSentinel.REMOVE
+
+    return Renames
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "tf").rglob("*.py"))[::6], ids=lambda p: p.parent.name + "/" + p.name)
+def test_same_tree_and_calls_as_libcst(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    ours, theirs = _transformer(CachedHooks)(), _transformer(cst.CSTTransformer)()
+    assert module.visit(ours).code == module.visit(theirs).code
+    assert ours.events == theirs.events
+
+
+def test_a_field_hook_is_refused():
+    with pytest.raises(TypeError, match="visit_Call_func"):
+        class Funcs(CachedHooks):
+            def visit_Call_func(self, node) -> None:
+                pass
