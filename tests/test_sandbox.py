@@ -246,10 +246,15 @@ def test_scratch_is_fresh_and_removed(sandbox):
 
 
 def test_pytest_runs_under_the_guard(sandbox):
+    """...and only the test file goes through pytest's assertion rewriter: the plugins' modules
+    (hypothesis, anyio, ...) were imported from bytecode when the worker started."""
     snippet = ("open('test_x.py', 'w').write('def test_a(tmp_path):\\n    (tmp_path / \"f\").write_text(\"x\")\\n')\n"
-               "import pytest\nresult = int(pytest.main(['-q', '-p', 'no:cacheprovider', 'test_x.py']))")
+               "import pytest, sys\nfrom _pytest.assertion.rewrite import AssertionRewritingHook\n"
+               "code = int(pytest.main(['-q', '-p', 'no:cacheprovider', 'test_x.py']))\n"
+               "result = code, sorted(n for n, m in list(sys.modules.items())\n"
+               "                      if isinstance(getattr(m, '__loader__', None), AssertionRewritingHook))")
     result = sandbox.run(code(snippet))
-    assert result.value == {"result": "0"}, result
+    assert result.value == {"result": "(0, ['test_x'])"}, result
     assert "1 passed" in result.output
 
 
