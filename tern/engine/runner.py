@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import difflib
 import errno
+import functools
+import hashlib
 import io
 import multiprocessing
 import os
@@ -31,6 +33,7 @@ import libcst as cst
 
 from tern.errors import UsageError  # the run cannot start as asked; nothing has been written
 from tern.engine import support_module
+from tern.engine.memo import TranslationMemo, package_digest
 from tern.engine.package import PackageInfo, scan_package
 from tern.engine.report import FileResult, Note, RunReport
 from tern.engine.translate import is_test_path, translate_module
@@ -212,10 +215,28 @@ def read_regular(path: Path) -> bytes:
 
 def translate_file(job: Job) -> tuple[FileResult, bytes | None]:
     """One file to its result and output bytes (None: nothing to write). Never raises for bad input."""
+    raw = _read(job)
+    return raw if isinstance(raw, tuple) else translate_bytes(job, raw)
+
+
+def _read(job: Job) -> bytes | tuple[FileResult, None]:
     try:
-        raw = read_regular(job.source)
+        return read_regular(job.source)
     except OSError as exc:
         return FileResult(job.rel, "error", error=f"cannot be read: {reason(exc)}"), None
+
+
+def _translate_kept(job: Job, memo: TranslationMemo, package_key: str | None) -> tuple[FileResult, bytes | None]:
+    """``translate_file`` through ``memo``: the file's bytes are read, the rest may be kept."""
+    raw = _read(job)
+    if isinstance(raw, tuple):
+        return raw
+    key = None if package_key is None else (job.rel, hashlib.sha256(raw).digest(), package_key, job.support_module)
+    return memo.translate(key, lambda: translate_bytes(job, raw))
+
+
+def translate_bytes(job: Job, raw: bytes) -> tuple[FileResult, bytes | None]:
+    """``translate_file`` of the file's bytes, already read."""
     if job.source.suffix != ".py":
         return FileResult(job.rel, "copied"), raw
     decoded = _decode(job.rel, raw)
@@ -392,7 +413,11 @@ def migrate(
     dry_run: bool = False,
     jobs: int = 1,
     progress: Callable[[Iterable, int], Iterable] | None = None,
+    memo: TranslationMemo | None = None,
 ) -> RunReport:
+    """Translate ``source`` into ``out`` (see the module's docstring). ``memo``: translations a
+    long-lived caller keeps between runs (the daemon); a file whose bytes and package facts
+    are unchanged is not translated again. Used with ``jobs=1`` only."""
     source = resolved(source, "the source")
     if not source.exists():
         raise FileNotFoundError(source)
@@ -413,7 +438,10 @@ def migrate(
     package = scan_package(root, [e.path for e in readable if e.path.suffix == ".py"])
     imports_from = support_module.import_name(root)
     work = [Job(e.rel, e.path, package, imports_from) for e in readable]
-    translated = iter(_translate_all(work, jobs, progress))
+    one = translate_file
+    if memo is not None and jobs <= 1:
+        one = functools.partial(_translate_kept, memo=memo, package_key=package_digest(package))
+    translated = iter(_translate_all(work, jobs, progress, one))
     report = RunReport(str(source), str(target))
     for entry in entries:
         result, data = (entry.refused, None) if entry.refused is not None else next(translated)
@@ -430,9 +458,9 @@ def migrate(
     return report
 
 
-def _translate_all(work: list[Job], jobs: int, progress) -> list[tuple[FileResult, bytes | None]]:
+def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> list[tuple[FileResult, bytes | None]]:
     if jobs <= 1 or len(work) <= 1:
-        return [translate_file(job) for job in (progress(work, len(work)) if progress else work)]
+        return [one(job) for job in (progress(work, len(work)) if progress else work)]
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(),))
     try:
