@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -45,31 +46,38 @@ def module_file(root: Path, package: str, name: str) -> Path | None:
 
 def local_imports(path: Path, root: Path, package: str) -> set[Path]:
     """Files of ``package`` (rooted at ``root``) that ``path`` imports directly."""
-    try:
-        tree = ast.parse(path.read_bytes())
-    except SyntaxError:
-        return set()
     here = path.relative_to(root).with_suffix("").parts
-    current = [package, *here[:-1]]
     found: set[Path] = set()
+    for name in imported_names(path.read_bytes(), (package, *here[:-1])):
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
+            hit = module_file(root, package, ".".join(parts[:depth]))
+            if hit is not None:
+                found.add(hit)
+    return found
+
+
+@functools.lru_cache(maxsize=2048)
+def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
+    """The absolute module names a source imports (``current``: its package, for relative
+    imports). Kept per content: a cached verify asks again for every file it hashes, and
+    parsing was most of its time in the daemon."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    names: list[str] = []
     for node in ast.walk(tree):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = current[: len(current) - node.level + 1]
+                base = list(current[: len(current) - node.level + 1])
                 module = ".".join([*base, *(node.module.split(".") if node.module else [])])
             else:
                 module = node.module or ""
-            names = [module, *(f"{module}.{a.name}" for a in node.names)]
-        for name in names:
-            parts = name.split(".")
-            for depth in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
-                hit = module_file(root, package, ".".join(parts[:depth]))
-                if hit is not None:
-                    found.add(hit)
-    return found
+            names += [module, *(f"{module}.{a.name}" for a in node.names)]
+    return tuple(names)
 
 
 def closure_hash(path: Path, root: Path, package: str) -> str:

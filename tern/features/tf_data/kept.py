@@ -12,6 +12,7 @@ fixture checks and the verifier's choice of worker.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,8 +162,23 @@ def read_tree(root: Path) -> dict[Path, Kept]:
     return {path: kept for path in trees if (kept := read(texts[path], package)) is not None}
 
 
+#: ``tree_keeps_only_allowed_tf`` by a digest of the tree's files: a long-lived process (the
+#: daemon) asks again on every verify, and reading the tree is most of a cached verify
+_ONLY_ALLOWED: dict[bytes, bool] = {}
+
+
 def tree_keeps_only_allowed_tf(root: Path) -> bool:
     """The tree imports TensorFlow, and every TF use in it is allowed (tf.data): it needs a
     worker with TensorFlow (for tf.data) but never Keras."""
-    importing = [k for k in read_tree(root).values() if k.imports_tf]
-    return bool(importing) and all(k.only_allowed for k in importing)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
+        digest.update(data)
+    key = digest.digest()
+    if key not in _ONLY_ALLOWED:
+        importing = [k for k in read_tree(root).values() if k.imports_tf]
+        if len(_ONLY_ALLOWED) >= 256:
+            _ONLY_ALLOWED.clear()
+        _ONLY_ALLOWED[key] = bool(importing) and all(k.only_allowed for k in importing)
+    return _ONLY_ALLOWED[key]
