@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -12,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from tern.engine.report import RunReport
 
@@ -43,22 +40,6 @@ def _progress(console: Console):
     return wrap
 
 
-def _summary(report: RunReport) -> Table:
-    table = Table(title=f"tern migrate: {report.source}", show_lines=False)
-    table.add_column("file")
-    table.add_column("status")
-    table.add_column("edits", justify="right")
-    table.add_column("TODOs", justify="right")
-    kept = any(f.allowed for f in report.files)
-    if kept:
-        table.add_column("allowed TF", justify="right")  # tf.data kept on purpose: not residue
-    styles = {"translated": "green", "residue": "yellow", "error": "red", "unchanged": "dim", "copied": "dim", "skipped": "dim"}
-    for f in report.files:
-        row = [f.path, f"[{styles[f.status]}]{f.status}[/]", str(len(f.edits)), str(len(f.todos))]
-        table.add_row(*row, *([str(len(f.allowed))] if kept else []))
-    return table
-
-
 @app.command()
 def migrate(
     path: Path = typer.Argument(..., help="A TF package directory or a single file."),
@@ -81,86 +62,16 @@ def migrate(
     1: residue, 2: errors or bad usage (with --verify or an LLM, 1 also when verification
     finds a mismatch or an error); 130: interrupted (accepted LLM work is kept; rerun to resume),
     143: terminated (SIGTERM)."""
-    import time
+    from tern.migrate_command import MigrateArgs, RulesPassed, migrate_rules
 
-    from tern.agent import cli as agent_cli
-    from tern.engine.runner import migrate as run
-    from tern.errors import UsageError
-    from tern.verify.config import ConfigError
-
-    if in_place and out_dir is not None:
-        sys.stderr.write("error: --in-place and --out exclude each other\n")
-        raise typer.Exit(2)
-    try:
-        stem = _report_stem(path, out_dir, report_path, in_place=in_place, dry_run=dry_run)
-    except UsageError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise typer.Exit(2)
-    try:
-        overrides = {"model": model, "base_url": base_url, "attempts": attempts, "budget_tokens": budget}
-        llm_config, rules_only = agent_cli.choose(path, llm=llm, in_place=in_place, dry_run=dry_run, overrides=overrides,
-                                                  project=Path.cwd())
-    except (agent_cli.AgentUsageError, ConfigError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise typer.Exit(2)
-    started = time.perf_counter()
-    try:
-        with _terminate_as_interrupt():
-            report = run(path, out_dir, in_place=in_place, dry_run=dry_run, jobs=jobs, progress=_progress(err))
-    except FileNotFoundError as exc:
-        sys.stderr.write(f"error: no such file or directory: {exc}\n")
-        raise typer.Exit(2)
-    except ValueError as exc:  # UsageError (the output would harm the source, or cannot be written), or the
-        sys.stderr.write(f"error: {exc}\n")  # source holds a file named as tern's generated support module
-        raise typer.Exit(2)
-    except OSError as exc:  # not one file's fault (each of those is in the report): the run could not be made
-        from tern.engine.runner import reason
-
-        sys.stderr.write(f"error: {exc.filename or path}: {reason(exc)}\n")
-        raise typer.Exit(2)
-    except KeyboardInterrupt as exc:
-        sys.stderr.write("interrupted: no report written; files already written are complete (each write is atomic); "
-                         "rerun to finish\n")
-        raise typer.Exit(143 if isinstance(exc, _Terminated) else 130)
-    rules_seconds = time.perf_counter() - started
-    failure = ""
-    if dry_run:
-        for f in report.files:
-            if f.diff:
-                sys.stdout.write(f.diff)
-        if report.support_module:  # generated, not a diff of the user's code: named, not printed
-            sys.stderr.write(f"would write {report.support_module} (generated support: "
-                             f"{', '.join(report.support)})\n")
-    else:
-        failure = _write_reports(report, stem)
-    source = Path(report.source)
-    for f in report.files:
-        where = source / f.path if source.is_dir() else source
-        if f.status == "error":  # one plain line each: tools parse them
-            sys.stderr.write(f"error: {where}:{f.error_line}: {f.error}\n" if f.error_line else f"error: {where}: {f.error}\n")
-        elif f.status == "skipped":
-            sys.stderr.write("".join(f"note: {where}: {n.construct}: {n.text}\n" for n in f.notes))
-    if failure:
-        sys.stderr.write(f"error: {failure}\n")
-        raise typer.Exit(2)
-    if not quiet:
-        console = err if dry_run else out
-        console.print(_summary(report))
-        t = report.totals()
-        console.print(
-            f"{t['translated']} translated, {t['residue']} with residue, "
-            + (f"{t['skipped']} skipped, " if t["skipped"] else "")
-            + f"{t['errors']} errors; "
-            f"{t['edits']} edits, {t['todos']} TODOs"
-            + (f", {t['allowed_tf']} allowed TF uses (tf.data input pipelines, not residue)" if t["allowed_tf"] else "")
-            + ("" if dry_run else f"; output in {report.out}; report {stem}.md")
-            + (f"; support code in {report.support_module} ({len(report.support)} definitions)" if report.support_module else ""),
-            markup=False,
-        )
-    if rules_only and not quiet:
-        err.print(rules_only, markup=False, highlight=False)  # it names [tool.tern.llm]
+    overrides = {"model": model, "base_url": base_url, "attempts": attempts, "budget_tokens": budget}
+    args = MigrateArgs(path, out_dir, in_place, dry_run, jobs, report_path, quiet, llm, overrides)
+    ran = migrate_rules(args, out=out, err=err, cwd=Path.cwd(), progress=_progress(err))
+    if not isinstance(ran, RulesPassed):
+        raise typer.Exit(ran)
+    report, stem, llm_config = ran.report, ran.stem, ran.llm_config
     if llm_config is not None and report.exit_code != 2:
-        _run_agent(report, llm_config, stem, rules_seconds=rules_seconds, daemon=daemon, quiet=quiet)
+        _run_agent(report, llm_config, stem, rules_seconds=ran.rules_seconds, daemon=daemon, quiet=quiet)
         then_verify = True
     if then_verify and not dry_run and Path(report.out).is_dir():
         from tern.verify.cli import Target
@@ -169,63 +80,6 @@ def migrate(
                        daemon=daemon, use_cache=True, workers=None, json_path=None)
         raise typer.Exit(max(report.exit_code, code) if report.exit_code != 2 else 2)
     raise typer.Exit(report.exit_code)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so that the run unwinds as on Ctrl-C: the pool's
-    workers are terminated, nothing half-written is left (exit 143)."""
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    def terminated(signum, frame):
-        raise _Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminated)
-    except ValueError:  # not the main thread (an embedding program): its signals are its own
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _report_stem(path: Path, out_dir: Optional[Path], report_path: Optional[Path], *, in_place: bool, dry_run: bool) -> str:
-    """The report's path stem, checked before anything is written: the output and the
-    report are never inside the source (unless --in-place), and can be written.
-    UsageError (or FileNotFoundError, left to the run to report) otherwise."""
-    from tern.engine.runner import check_target, check_writable, resolved, target_of
-    from tern.errors import UsageError
-
-    source = resolved(path, "the source")
-    if not source.exists():
-        return ""
-    target = target_of(source, out_dir, in_place=in_place)
-    check_target(source, target, in_place=in_place, writing=not dry_run)
-    stem = resolved(report_path, "--report") if report_path else target.with_name(target.name + ".tern-report")
-    if source.is_dir() and stem.is_relative_to(source):
-        raise UsageError(f"--report {stem} is inside the source {source}: tern never writes reports into its source")
-    if source in (stem.with_name(stem.name + ".json"), stem.with_name(stem.name + ".md")):
-        raise UsageError(f"--report {stem} would overwrite the source {source}")
-    if not dry_run:
-        check_writable(stem.parent, f"--report {stem}" if report_path else f"the report {stem}.json")
-    return str(report_path or stem)
-
-
-def _write_reports(report: RunReport, stem: str) -> str:
-    """Both reports, or the one-line reason they could not be written."""
-    from tern.engine.runner import reason, remove_stale_temps_of, write_atomic
-
-    for suffix, text in ((".json", report.to_json()), (".md", report.to_markdown())):
-        path = Path(stem + suffix)
-        remove_stale_temps_of(path)
-        try:
-            write_atomic(path, text.encode())
-        except OSError as exc:
-            return f"cannot write the report {path}: {reason(exc)}"
-    return ""
 
 
 def _run_agent(report: RunReport, config, stem: str, *, rules_seconds: float, daemon: str, quiet: bool) -> None:
@@ -298,7 +152,7 @@ def serve(
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(1)
     raise typer.Exit(server.main(paths.project, idle=idle, workers=workers, writable_roots=tuple(writable),
-                                 answer_verify=_answer_verify))
+                                 answers={"verify": _answer_verify, "migrate": _answer_migrate}))
 
 
 async def _answer_verify(request, sandbox, emit):
@@ -306,6 +160,13 @@ async def _answer_verify(request, sandbox, emit):
     from tern.verify.served import answer_verify
 
     return await answer_verify(request, sandbox, emit)
+
+
+async def _answer_migrate(request, sandbox, emit):
+    """The daemon's answer to the thin client's rules-only migrate (imported on the first request)."""
+    from tern.migrate_command import answer_migrate
+
+    return await answer_migrate(request, sandbox, emit)
 
 
 def _executor(project: Path, kind: Optional[str], address: Optional[str]):

@@ -1,4 +1,4 @@
-"""The ``tern`` command: hot commands through the warm daemon, everything else through the CLI.
+"""The ``tern`` command: hot commands (verify, migrate) through the warm daemon, everything else through the CLI.
 
 Why a separate entry point: importing ``tern.cli`` (typer, rich, then the command's stack)
 costs more than a cached ``tern verify`` takes in the daemon. So the command line is
@@ -13,10 +13,10 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
-    if argv[:1] == ["verify"]:
-        from tern.thin import verify
+    if argv[:1] in (["verify"], ["migrate"]):
+        from tern import thin
 
-        code = verify(argv[1:])
+        code = (thin.verify if argv[0] == "verify" else thin.migrate)(argv[1:])
         if code is not None:
             sys.stdout.flush()
             raise SystemExit(code)

@@ -1,12 +1,14 @@
-"""The thin ``tern verify``: ask the project's warm daemon to run it, and print its answer.
+"""The thin ``tern verify`` and ``tern migrate``: ask the project's warm daemon to run them, and print its answer.
 
 Why: the CLI imported typer, rich and the translate stack (about a second) before asking a
 daemon that had all of it warm. This module imports only ``socket``, ``json`` and
 ``tern.sandbox.daemon``. The daemon runs the command with the same code as the CLI
-(``tern/verify/served.py``) and sends back the output as this terminal would show it.
-Whatever it cannot forward (another option, ``--help``, ``--daemon never``, no daemon
-running or a stale one, a Ray executor) it leaves to the full CLI, which behaves as
-before and starts the daemon when one is wanted: the next run is then thin.
+(``tern/verify/served.py``, ``tern/migrate_command.py``) and sends back the output as this
+terminal would show it. Whatever it cannot forward (another option, ``--help``,
+``--daemon never``, no daemon running or a stale one, a Ray executor; for migrate:
+``--verify``, the LLM fallback, ``-j`` above 1) it leaves to the full CLI, which behaves
+as before. A verify through the CLI starts the daemon when one is wanted, so the next
+run is thin; a migrate alone starts none.
 """
 
 from __future__ import annotations
@@ -52,6 +54,38 @@ def parse_verify(argv: list[str]) -> dict[str, Any] | None:
     return args
 
 
+_MIGRATE_OPTIONS = {"--out": "out", "-o": "out", "--report": "report", "--daemon": "daemon", "--jobs": "jobs", "-j": "jobs"}
+_MIGRATE_FLAGS = {"--in-place": "in_place", "--dry-run": "dry_run", "--quiet": "quiet", "-q": "quiet", "--no-llm": "no_llm"}
+#: the environment variable naming the LLM (``tern.agent.config.MODEL_ENV``): the daemon must see the client's
+MODEL_ENV = "TERN_LLM_MODEL"
+
+
+def parse_migrate(argv: list[str]) -> dict[str, Any] | None:
+    """``tern migrate``'s arguments when it is a plain rules-only run in one process, else None
+    (``--verify``, ``--llm``, the LLM's settings, ``-j`` above 1, ``--help``, anything unknown:
+    the full CLI parses those, and owns every usage message)."""
+    args: dict[str, Any] = {}
+    positional: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        if name in _MIGRATE_FLAGS and not eq:
+            args[_MIGRATE_FLAGS[name]] = True
+        elif name in _MIGRATE_OPTIONS:
+            value = value if eq else next(tokens, None)
+            if value is None:
+                return None
+            args[_MIGRATE_OPTIONS[name]] = value  # repeated: the last wins, as in click
+        elif token.startswith("-") and token != "-":
+            return None
+        else:
+            positional.append(token)
+    if len(positional) != 1 or args.pop("jobs", "1") != "1":
+        return None
+    args["path"] = positional[0]
+    return args
+
+
 def _forwardable(args: dict[str, Any]) -> bool:
     try:
         mode = resolve_mode(args.pop("daemon", "auto"))
@@ -82,14 +116,28 @@ def verify(argv: list[str]) -> int | None:
     args = parse_verify(argv)
     if args is None or not _forwardable(args):
         return None
+    return _forward("verify", args, args.get("project") or "")
+
+
+def migrate(argv: list[str]) -> int | None:
+    """``tern migrate ARGV`` through the daemon, as ``verify``. The daemon reads the LLM
+    settings with this process's ``TERN_LLM_MODEL``: a configured LLM sends the run back."""
+    args = parse_migrate(argv)
+    if args is None or not _forwardable(args):
+        return None
+    return _forward("migrate", args, "")
+
+
+def _forward(op: str, args: dict[str, Any], project: str) -> int | None:
     cwd = os.getcwd()
     try:
-        paths = paths_for(Path(cwd, args.get("project") or ""))
+        paths = paths_for(Path(cwd, project))
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(str(paths.socket))
     except OSError:  # no server (no socket, or a stale one): the full CLI starts one
         return None
-    request = {"op": "verify", "tern": identity(), "cwd": cwd, "args": args, "console": _console()}
+    request = {"op": op, "tern": identity(), "cwd": cwd, "args": args, "console": _console(),
+               "env": {k: os.environ[k] for k in (MODEL_ENV,) if k in os.environ}}
     with connection:
         try:
             connection.sendall(encode(request))
@@ -117,5 +165,5 @@ def verify(argv: list[str]) -> int | None:
             elif "fallback" in message:
                 return None
             else:
-                sys.stderr.write(f"tern: the server could not verify ({message.get('error')}); verifying in this process\n")
+                sys.stderr.write(f"tern: the server could not {op} ({message.get('error')}); running it in this process\n")
                 return None

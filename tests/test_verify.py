@@ -610,6 +610,7 @@ def imported(proc: subprocess.CompletedProcess) -> set[str]:
 @pytest.mark.parametrize("copy, code, extra", [("good", 0, ()), ("broken", 1, ()), ("good", 0, ("--no-search",))])
 def test_thin_verify_is_answered_by_the_daemon_as_the_cli_would(project, loop, copy, code, extra):
     args = ("verify", f"loop/{copy}/custom_dense", "--original", ORIGINAL, "--json", f"loop/{copy}.json", *extra)
+    tern(project, *args)  # cached from here on, whichever tests ran before (a first run says "run", not "cached")
     full = tern_timed(project, *args, full=True)
     thin = tern_timed(project, *args)
     assert "tern.thin" in imported(thin) and not {"tern.cli", "typer", "rich", "libcst"} & imported(thin), thin.stderr[-3000:]
@@ -630,3 +631,75 @@ def test_thin_verify_leaves_what_it_cannot_forward_to_the_cli(project, argv, mon
 
     monkeypatch.chdir(project)
     assert thin.verify(argv) is None
+
+
+# -- the thin tern migrate: a rules-only run answered by the same warm daemon --------------
+
+
+def _without_importtime(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("import time:"))
+
+
+def _migrated(project: Path, out: str, *args: str, full: bool) -> tuple[subprocess.CompletedProcess, dict[str, bytes]]:
+    """``tern migrate ARGS`` into ``out`` (emptied first): the process and what it wrote."""
+    shutil.rmtree(project / out, ignore_errors=True)
+    proc = tern_timed(project, "migrate", *args, full=full)
+    written = project / out
+    files = {p.relative_to(written).as_posix(): p.read_bytes() for p in sorted(written.rglob("*")) if p.is_file()}
+    return proc, files
+
+
+@pytest.mark.parametrize("extra, code", [((), 0), (("--dry-run",), 0), (("--quiet", "--no-llm"), 0),
+                                         (("--in-place",), 2), (("--report", "reports/r"), 0),
+                                         (("--report", "mig/custom_dense/r"), 2)])
+def test_thin_migrate_is_answered_by_the_daemon_as_the_cli_would(project, loop, extra, code):
+    shutil.copytree(FIXTURES / "custom_dense", project / "mig" / "custom_dense", dirs_exist_ok=True)
+    args = ("mig/custom_dense", "--out", "mig_out/custom_dense", *extra)
+    full, full_files = _migrated(project, "mig_out", *args, full=True)
+    thin, thin_files = _migrated(project, "mig_out", *args, full=False)
+    assert "tern.thin" in imported(thin) and not {"tern.cli", "typer", "rich", "libcst"} & imported(thin), thin.stderr[-3000:]
+    assert thin.returncode == full.returncode == code, thin.stdout + thin.stderr[-2000:]
+    assert (thin.stdout, _without_importtime(thin.stderr)) == (full.stdout, _without_importtime(full.stderr))
+    assert thin_files == full_files
+    if code == 0 and "--dry-run" not in extra:
+        assert b"import tensorflow" not in thin_files["custom_dense/layers.py"]
+    if "reports/r" in extra:  # shown as given, written under the caller's directory
+        assert "report reports/r.md" in thin.stdout and (project / "reports" / "r.json").is_file()
+
+
+def test_thin_migrate_after_an_edit_writes_what_a_fresh_cli_run_writes(project, loop):
+    src = project / "edit" / "custom_dense"
+    shutil.copytree(FIXTURES / "custom_dense", src, dirs_exist_ok=True)
+    args = ("edit/custom_dense", "--out", "edit_out/custom_dense", "--quiet")
+    _migrated(project, "edit_out", *args, full=False)  # the daemon keeps these translations
+    layers = src / "layers.py"
+    layers.write_text(layers.read_text().replace("outputs = outputs + self.bias", "outputs = outputs - self.bias"))
+    thin, thin_files = _migrated(project, "edit_out", *args, full=False)
+    full, full_files = _migrated(project, "edit_out", *args, full=True)
+    assert "tern.cli" not in imported(thin) and thin.returncode == full.returncode == 0, thin.stderr[-2000:]
+    assert thin_files == full_files and b"outputs = outputs - bias" in thin_files["custom_dense/layers.py"]
+
+
+@pytest.mark.parametrize("argv", [["src", "--verify"], ["src", "--llm"], ["src", "--model", "m"], ["src", "-j", "2"],
+                                  ["src", "--jobs=2"], ["src", "--daemon", "never"], ["src", "--help"],
+                                  ["src", "--no-such-option"], ["src", "other"], ["src", "--out"], ["src", "-qo", "x"]])
+def test_thin_migrate_leaves_what_it_cannot_forward_to_the_cli(project, argv, monkeypatch):
+    from tern import thin
+
+    monkeypatch.chdir(project)
+    assert thin.migrate(argv) is None
+
+
+def test_thin_migrate_leaves_a_configured_llm_to_the_cli(project, loop, monkeypatch, capsys):
+    from tern import thin
+    from tern.agent.config import MODEL_ENV
+
+    assert thin.MODEL_ENV == MODEL_ENV
+    shutil.copytree(FIXTURES / "custom_dense", project / "llm" / "custom_dense", dirs_exist_ok=True)
+    monkeypatch.chdir(project)
+    monkeypatch.setenv(MODEL_ENV, "some-model")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert thin.migrate(["llm/custom_dense", "--out", "llm_out/custom_dense"]) is None
+    assert capsys.readouterr() == ("", "") and not (project / "llm_out").exists()
+    assert thin.migrate(["llm/custom_dense", "--out", "llm_out/custom_dense", "--no-llm", "--quiet"]) == 0
+    assert (project / "llm_out" / "custom_dense" / "layers.py").is_file()

@@ -4,7 +4,7 @@ runs, running it, and showing what it did."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -21,14 +21,15 @@ class AgentUsageError(ValueError):
 
 
 def choose(source: Path, *, llm: Optional[bool], in_place: bool, dry_run: bool, overrides: dict,
-           project: Path) -> tuple[LLMConfig | None, str]:
+           project: Path, env: Optional[Mapping[str, str]] = None) -> tuple[LLMConfig | None, str]:
     """The LLM to use (None: rules only) and the line that says why when there is none.
 
     ``llm``: True (required), False (``--no-llm``), None (when configured). The settings
-    are the project's (where tern runs, like its cache and sandbox), not the package's."""
+    are the project's (where tern runs, like its cache and sandbox), not the package's;
+    ``env``: the environment to read them from (default: this process's)."""
     if llm is False:
         return None, ""
-    config = load_llm_config(project, **overrides)
+    config = load_llm_config(project, env, **overrides)
     if config is None:
         if llm:
             raise AgentUsageError("--llm: " + NOT_CONFIGURED.removeprefix("rules only: "))

@@ -60,8 +60,9 @@ def job_from_data(data: Any) -> Job:
     return Job.from_json(json.dumps(data))
 
 
-#: ``answer_verify(request, sandbox, emit)``: a verify request answered with this server's sandbox
-AnswerVerify = Callable[[dict[str, Any], Any, Callable[[str], None]], Awaitable[dict[str, Any] | None]]
+#: ``answer(request, sandbox, emit)``: a thin client's command (``verify``, ``migrate``) answered in this
+#: server with its sandbox: ``{"stdout", "stderr", "exit"}`` or ``{"fallback": why}``
+Answer = Callable[[dict[str, Any], Any, Callable[[str], None]], Awaitable[dict[str, Any] | None]]
 
 
 class Address:
@@ -93,8 +94,8 @@ class Address:
 
 class Server:
     def __init__(self, sandbox: Any, address: Address, key: str, idle: float, writable_roots: tuple[Path, ...],
-                 answer_verify: AnswerVerify | None = None) -> None:
-        self.answer_verify = answer_verify
+                 answers: dict[str, Answer] | None = None) -> None:
+        self.answers = dict(answers or {})
         self.sandbox, self.address, self.key, self.idle = sandbox, address, key, idle
         self.writable_roots = [str(p) for p in writable_roots]
         self.started = time.time()
@@ -196,8 +197,8 @@ class Server:
                 return {"error": f"not a job: {exc}"}
             result = await self._run(job, reader)
             return None if result is None else {"result": asdict(result)}
-        if op == "verify":
-            return await self._verify(request, reader, writer)
+        if op in ("verify", "migrate"):
+            return await self._command(op, request, reader, writer)
         return {"error": f"unknown op {op!r}"}
 
     def _foreign(self, client: Any) -> str:
@@ -208,22 +209,22 @@ class Server:
             return "tern's sources changed since this server started"
         return ""
 
-    async def _verify(self, request: dict[str, Any], reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> dict[str, Any] | None:
+    async def _command(self, op: str, request: dict[str, Any], reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> dict[str, Any] | None:
         if self._stopping.is_set():
             return {"fallback": "tern server is stopping"}
         if why := self._foreign(request.get("tern")):
             return {"fallback": why}
-        if self.answer_verify is None:
-            return {"fallback": "this tern server does not answer verify"}
-        answer_verify = self.answer_verify
+        answer = self.answers.get(op)
+        if answer is None:
+            return {"fallback": f"this tern server does not answer {op}"}
 
         def emit(text: str) -> None:
             if text:
                 writer.write(encode({"stderr": text}))
 
-        answer = await self._until_hangup(lambda: answer_verify(request, _OwnSandbox(self), emit), reader, "verify")
-        return None if answer is None else answer if "fallback" in answer else {"done": answer}
+        reply = await self._until_hangup(lambda: answer(request, _OwnSandbox(self), emit), reader, op)
+        return None if reply is None else reply if "fallback" in reply else {"done": reply}
 
     async def _run(self, job: Job, reader: asyncio.StreamReader) -> JobResult | None:
         """The job's result; None when the client hung up (the job is then cancelled)."""
@@ -324,10 +325,11 @@ async def _take_lock(paths: DaemonPaths) -> int | None:
 
 
 async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = (),
-                answer_verify: AnswerVerify | None = None) -> int:
+                answers: dict[str, Answer] | None = None) -> int:
     """Serve ``paths.project`` in this process until stopped; the exit code (1: one runs already).
-    ``answer_verify`` answers the thin client's verify requests (``tern/verify/served.py``, which the
-    command that starts the server passes in: the sandbox knows no verification)."""
+    ``answers`` answer the thin client's commands by name (``tern/verify/served.py``,
+    ``tern/migrate_command.py``; the command that starts the server passes them in: the
+    sandbox knows neither verification nor translation)."""
     from tern.sandbox.pool import Sandbox
 
     lock = await _take_lock(paths)
@@ -343,7 +345,7 @@ async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, 
         async with Sandbox(paths.state, workers=workers, writable_roots=roots) as sandbox:
             if warning := sandbox.status()["isolation_warning"]:
                 _log(f"warning: {warning}")
-            await Server(sandbox, address, version_key(), idle, roots, answer_verify).run()
+            await Server(sandbox, address, version_key(), idle, roots, answers).run()
         _log("stopped")
         return 0
     finally:
@@ -351,6 +353,6 @@ async def serve(paths: DaemonPaths, *, idle: float, workers: int | None = None, 
 
 
 def main(project: Path, *, idle: float, workers: int | None = None, writable_roots: tuple[Path, ...] = (),
-         answer_verify: AnswerVerify | None = None) -> int:
+         answers: dict[str, Answer] | None = None) -> int:
     return asyncio.run(serve(paths_for(project), idle=idle, workers=workers, writable_roots=writable_roots,
-                             answer_verify=answer_verify))
+                             answers=answers))
