@@ -13,11 +13,13 @@ Per fixture package (default: custom_dense), in one run, wall time as the caller
     it was before the thin client (``python -c 'from tern.cli import app; app()'``);
 (c) MCP: the ``verify`` tool of one ``tern mcp`` session (real ``mcp`` client, stdio), cold
     (daemon stopped, cache cleared), warm after an edit and cached; and ``translate`` of one
-    file beside ``tern migrate --dry-run`` of it.
+    file beside ``tern migrate --dry-run`` of it;
+(d) ``tern migrate`` of the package after a one-line edit to one source file, through the
+    daemon and with ``--daemon never`` (the CLI's own process).
 
 Warm and cached figures are medians of ``--repeat`` runs (default 5). Prints the ratios of
 the naive loop to each, and checks the targets of issue 20: cached CLI verify <= 100 ms,
-MCP within 20 ms of the CLI. A report, not a test: exits 0.
+MCP within 20 ms of the CLI, a one-file migrate through the daemon <= 150 ms. A report, not a test: exits 0.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "tf"
 TARGET_CACHED_MS = 100.0
 TARGET_MCP_GAP_MS = 20.0
+TARGET_MIGRATE_MS = 150.0  # one changed file of a package, through the daemon
 FULL_CLI = ["-c", "import sys; from tern.cli import app; app(sys.argv[1:], prog_name='tern')"]
 
 
@@ -155,6 +158,17 @@ def bench(package: Package, repeat: int) -> None:
     cli["cached, full CLI"] = median_of(repeat, lambda: package.cli(full=True))
     source = f"src/{package.name}/{package.module.name}"
     cli["translate"] = median_of(repeat, lambda: timed([*tern_command(), "migrate", source, "--dry-run", "-q"], package.project))
+    edited = package.project / source
+
+    def migrate_after_edit(*extra: str) -> float:
+        with edited.open("a") as f:
+            f.write("\n# edited\n")
+        return timed([*tern_command(), "migrate", f"src/{package.name}", "--out", f"mig/{package.name}", "-q", *extra],
+                     package.project)
+
+    migrate_after_edit()  # the daemon's first migrate loads the rule tables
+    cli["migrate"] = median_of(repeat, migrate_after_edit)
+    cli["migrate, no daemon"] = median_of(repeat, lambda: migrate_after_edit("--daemon", "never"))
     package.stop_and_clear()
     mcp = anyio.run(mcp_figures, package, repeat)
 
@@ -172,6 +186,8 @@ def bench(package: Package, repeat: int) -> None:
         row(f"MCP verify {kind}", mcp[kind])
     row("CLI verify cached, full", cli["cached, full CLI"])
     row("CLI migrate --dry-run", cli["translate"], ratios=False)
+    row("CLI migrate, 1 edited", cli["migrate"], ratios=False)
+    row("  the same, no daemon", cli["migrate, no daemon"], ratios=False)
     row("MCP translate, first", mcp["translate first"], ratios=False)
     row("MCP translate", mcp["translate"], ratios=False)
     row("MCP session start", mcp["session"], ratios=False)
@@ -180,6 +196,10 @@ def bench(package: Package, repeat: int) -> None:
           f"{'met' if cached_ms <= TARGET_CACHED_MS else 'NOT met'}; the full CLI: {cli['cached, full CLI'] * 1000:.0f} ms); "
           f"MCP - CLI cached {gap_ms:+.0f} ms (target within {TARGET_MCP_GAP_MS:g} ms: "
           f"{'met' if abs(gap_ms) <= TARGET_MCP_GAP_MS or gap_ms < 0 else 'NOT met'})")
+    migrate_ms = cli["migrate"] * 1000
+    print(f"migrate of the package after a one-file edit, through the daemon {migrate_ms:.0f} ms (target <= "
+          f"{TARGET_MIGRATE_MS:g} ms: {'met' if migrate_ms <= TARGET_MIGRATE_MS else 'NOT met'}); in the CLI's own process "
+          f"{cli['migrate, no daemon'] * 1000:.0f} ms ({cli['migrate, no daemon'] / cli['migrate']:.1f}x)")
     print(f"warm after an edit: CLI {naive_pytest / cli['warm']:.1f}x, MCP {naive_pytest / mcp['warm']:.1f}x a fresh pytest; "
           f"CLI {naive_tern / cli['warm']:.1f}x, MCP {naive_tern / mcp['warm']:.1f}x a fresh tern verify (issue 20 asks >= 100x "
           "over eval/bench_verify.py's naive loop, TF and translated tests)")
