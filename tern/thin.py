@@ -32,26 +32,7 @@ _FLAGS = {"--no-cache": "no_cache", "--no-search": "no_search"}
 def parse_verify(argv: list[str]) -> dict[str, Any] | None:
     """``tern verify``'s arguments, or None for anything but a plain well-formed call
     (the full CLI then parses it, and owns every usage message)."""
-    args: dict[str, Any] = {}
-    positional: list[str] = []
-    tokens = iter(argv)
-    for token in tokens:
-        name, eq, value = token.partition("=")
-        if name in _FLAGS and not eq:
-            args[_FLAGS[name]] = True
-        elif name in _OPTIONS:
-            value = value if eq else next(tokens, None)
-            if value is None:
-                return None
-            args[_OPTIONS[name]] = value  # repeated: the last wins, as in click
-        elif token.startswith("-") and token != "-":
-            return None
-        else:
-            positional.append(token)
-    if len(positional) != 1:
-        return None
-    args["path"] = positional[0]
-    return args
+    return _parse(argv, _OPTIONS, _FLAGS)
 
 
 _MIGRATE_OPTIONS = {"--out": "out", "-o": "out", "--report": "report", "--daemon": "daemon", "--jobs": "jobs", "-j": "jobs"}
@@ -64,23 +45,32 @@ def parse_migrate(argv: list[str]) -> dict[str, Any] | None:
     """``tern migrate``'s arguments when it is a plain rules-only run in one process, else None
     (``--verify``, ``--llm``, the LLM's settings, ``-j`` above 1, ``--help``, anything unknown:
     the full CLI parses those, and owns every usage message)."""
+    args = _parse(argv, _MIGRATE_OPTIONS, _MIGRATE_FLAGS)
+    if args is None or args.pop("jobs", "1") != "1":
+        return None
+    return args
+
+
+def _parse(argv: list[str], options: dict[str, str], flags: dict[str, str]) -> dict[str, Any] | None:
+    """Options (``--name value``, ``--name=value``, ``-x value``) and flags into a dict with the
+    one positional argument as ``path``; None for anything else (combined short flags too)."""
     args: dict[str, Any] = {}
     positional: list[str] = []
     tokens = iter(argv)
     for token in tokens:
         name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
-        if name in _MIGRATE_FLAGS and not eq:
-            args[_MIGRATE_FLAGS[name]] = True
-        elif name in _MIGRATE_OPTIONS:
+        if name in flags and not eq:
+            args[flags[name]] = True
+        elif name in options:
             value = value if eq else next(tokens, None)
             if value is None:
                 return None
-            args[_MIGRATE_OPTIONS[name]] = value  # repeated: the last wins, as in click
+            args[options[name]] = value  # repeated: the last wins, as in click
         elif token.startswith("-") and token != "-":
             return None
         else:
             positional.append(token)
-    if len(positional) != 1 or args.pop("jobs", "1") != "1":
+    if len(positional) != 1:
         return None
     args["path"] = positional[0]
     return args
