@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from tern.engine.ast_walks import kept_walks, walk as ast_walk
 from tern.engine.features import features
 from tern.engine.names import ast_tail
 
@@ -66,7 +67,7 @@ def mask_facts(cls: ast.ClassDef) -> MaskFacts:
     call = methods.get("call")
     takes_mask = _has_param(call, "mask") if call is not None else None
     makes, supports = False, []  # one walk for both
-    for node in ast.walk(cls):
+    for node in ast_walk(cls):
         if isinstance(node, ast.keyword) and node.arg == "mask_zero" and not (isinstance(node.value, ast.Constant) and node.value.value is False):
             makes = True
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
@@ -184,7 +185,7 @@ def config_copy_of(node: ast.expr) -> str | None:
 
 def _weights(cls: ast.ClassDef) -> dict[str, WeightInfo]:
     out: dict[str, WeightInfo] = {}
-    for node in ast.walk(cls):
+    for node in ast_walk(cls):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target, value = node.targets[0], node.value
@@ -217,9 +218,9 @@ def _stored_submodels(cls: ast.ClassDef) -> tuple[str, ...]:
     if init is None or "build" in methods:
         return ()
     params = {a.arg for a in (*init.args.args[1:], *init.args.kwonlyargs)}
-    rebound = {t.id for n in ast.walk(init) for t in _store_targets(n) if isinstance(t, ast.Name)}
+    rebound = {t.id for n in ast_walk(init) for t in _store_targets(n) if isinstance(t, ast.Name)}
     stores: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(cls):
+    for node in ast_walk(cls):
         if isinstance(node, ast.Call) and ast_tail(node.func) == "add_weight":
             return ()
         for target in _store_targets(node):
@@ -237,7 +238,7 @@ def _stored_submodels(cls: ast.ClassDef) -> tuple[str, ...]:
 
 def _store_targets(node: ast.AST) -> list[ast.expr]:
     if isinstance(node, ast.Assign):
-        return [t for target in node.targets for t in ast.walk(target)]
+        return [t for target in node.targets for t in ast_walk(target)]
     if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
         return [node.target]
     return []
@@ -255,7 +256,7 @@ def _holds_no_layer(value: ast.expr | None) -> bool:
     return not any(
         (isinstance(n, ast.Call) and "metrics" not in _dotted(n.func).split("."))
         or isinstance(n, (ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp))
-        for n in ast.walk(value))
+        for n in ast_walk(value))
 
 
 def _plain_sequential(node: ast.expr | None, training_layers: frozenset[str]) -> bool:
@@ -269,9 +270,9 @@ def _plain_sequential(node: ast.expr | None, training_layers: frozenset[str]) ->
 
 def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[str]) -> bool:
     """Every ``return`` of ``fn`` gives a plain Sequential built there (directly or through one name bound once)."""
-    returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    returns = [n.value for n in ast_walk(fn) if isinstance(n, ast.Return)]
     bound: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         for target in _store_targets(node):
             if isinstance(target, ast.Name):
                 bound.setdefault(target.id, []).append(getattr(node, "value", None))
@@ -285,7 +286,7 @@ def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[st
 
 
 def _returns_model(fn: ast.FunctionDef) -> bool:
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         if isinstance(node, ast.Call) and ast_tail(node.func) in ("Model", "Sequential"):
             return True
     return False
@@ -335,7 +336,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     for feature in features():
         feature.scan(info, tree, module, _is_test_module(module), source)
     builds_model: dict[int, bool] = {}  # id(function) -> whether it calls Model/Sequential, for the loop below too
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             builds_model[id(node)] = _returns_model(node)
             if builds_model[id(node)]:
@@ -343,7 +344,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             info.calls[node.name] = {
-                ast_tail(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)
+                ast_tail(n.func) for n in ast_walk(node) if isinstance(n, ast.Call)
             } - {""}
         if isinstance(node, ast.FunctionDef) and not _is_test_module(module):
             info.functions.append(node)
@@ -404,6 +405,11 @@ def close_over_calls(direct: set[str], calls: dict[str, set[str]], functions: se
 
 
 def scan_package(root: Path, files: list[Path]) -> PackageInfo:
+    with kept_walks():  # every module and function is walked many times over: each walk once
+        return _scan_package(root, files)
+
+
+def _scan_package(root: Path, files: list[Path]) -> PackageInfo:
     info = PackageInfo()
     training_layers = training_layer_names()
     for path in files:

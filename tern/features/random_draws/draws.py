@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.features.tf_data.datasets import Resolver
 from tern.engine.records import tables
 
@@ -33,7 +34,7 @@ def keyed_sources() -> frozenset[str]:
 def draws_directly(fn: ast.FunctionDef, resolve: Resolver) -> bool:
     """Whether ``fn``'s own body (nested functions and classes included) calls a keyed TF symbol."""
     keyed = keyed_sources()
-    return any(isinstance(node, ast.Call) and resolve(node.func) in keyed for node in ast.walk(fn))
+    return any(isinstance(node, ast.Call) and resolve(node.func) in keyed for node in ast_walk(fn))
 
 
 def key_is_free(fn: ast.FunctionDef) -> bool:
@@ -43,9 +44,9 @@ def key_is_free(fn: ast.FunctionDef) -> bool:
     args = fn.args
     own = [a for a in (*args.posonlyargs, *args.args, args.vararg, args.kwarg) if a is not None and a.arg == "key"]
     given = any(a.arg == "key" for a in args.kwonlyargs)
-    names = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "key"]
-    nested = [a for n in ast.walk(fn) if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-              for a in ast.walk(n.args) if isinstance(a, ast.arg) and a.arg == "key"]
+    names = [n for n in ast_walk(fn) if isinstance(n, ast.Name) and n.id == "key"]
+    nested = [a for n in ast_walk(fn) if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+              for a in ast_walk(n.args) if isinstance(a, ast.arg) and a.arg == "key"]
     if own or nested:
         return False
     if given:

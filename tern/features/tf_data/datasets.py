@@ -20,6 +20,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.engine.names import SOURCE_ROOTS, Canonicalizer, ast_bindings
 from tern.engine.records import AllowedRecord, Tables, tables as default_tables
 
@@ -195,7 +196,7 @@ def uses_tf_data(tree: ast.AST, resolve: Resolver, record: AllowedRecord, source
     return any(
         isinstance(node, ast.Attribute) and node.attr == "data" and (name := resolve(node)) is not None
         and record.covers(name)
-        for node in ast.walk(tree)
+        for node in ast_walk(tree)
     )
 
 
@@ -287,7 +288,7 @@ def _graph_functions(tree: ast.Module, facts: FileDatasets) -> set[str]:
                         found.add(arg.id)
     bodies += [defined[n] for n in found]
     while bodies:
-        for node in ast.walk(bodies.pop()):
+        for node in ast_walk(bodies.pop()):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 name = node.func.id
                 if name in defined and name not in found:

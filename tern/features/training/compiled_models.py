@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
 from tern.features.training.step_overrides import ClassSteps, analyse_class
 
@@ -74,7 +75,7 @@ def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts)
             if node.name in facts.overrides:
                 facts.steps[node.name] = analyse_class(node)
         if isinstance(node, ast.ClassDef):  # a function's flags: rules/structure/frozen_layers.py, which the trainer reads
-            for inner in ast.walk(node):
+            for inner in ast_walk(node):
                 if isinstance(inner, (ast.Assign, ast.AugAssign)) and any(
                         isinstance(t, ast.Attribute) and t.attr == "trainable"
                         for t in (inner.targets if isinstance(inner, ast.Assign) else [inner.target])):
@@ -136,16 +137,6 @@ def refusal(facts: ModelFacts, sources: Sources, reaches, method: str) -> str | 
 # -- the call-site analysis --------------------------------------------------------
 
 
-def _own_nodes(fn):
-    """Every node of ``fn`` except those of nested functions, lambdas and classes."""
-    todo = list(ast.iter_child_nodes(fn))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-
-
 def _params(fn: ast.FunctionDef) -> list[str]:
     return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
 
@@ -179,14 +170,14 @@ def _assignments(nodes) -> dict[str, list[ast.expr]]:
                 if key is not None:
                     out.setdefault(key, []).append(node.value)
                 elif isinstance(target, (ast.Tuple, ast.List)):
-                    for elt in ast.walk(target):
+                    for elt in ast_walk(target):
                         key = _key(elt) if isinstance(elt, (ast.Name, ast.Attribute)) else None
                         if key is not None:
                             out.setdefault(key, []).append(None)  # unpacked: unknown value
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
             targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items if i.optional_vars]
             for target in targets:
-                for elt in ast.walk(target):
+                for elt in ast_walk(target):
                     key = _key(elt) if isinstance(elt, (ast.Name, ast.Attribute)) else None
                     if key is not None:
                         value = node.value if isinstance(node, ast.AnnAssign) and node.value is not None else None
@@ -211,12 +202,12 @@ class _Analysis:
 
     def _collect(self, tree: ast.Module) -> None:
         module_scope = _Scope(None, "", None, tree)
-        self._scope(module_scope, list(_own_nodes(tree)))
+        self._scope(module_scope, list(own_nodes(tree)))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 self._function(node, node.name, None, tree)
             elif isinstance(node, ast.ClassDef):
-                class_nodes = [n for item in node.body if isinstance(item, ast.FunctionDef) for n in _own_nodes(item)]
+                class_nodes = [n for item in node.body if isinstance(item, ast.FunctionDef) for n in own_nodes(item)]
                 # once per class, not once per method: a method sees what any method sets on self
                 attributes = {k: v for k, v in _assignments(class_nodes).items() if k.startswith("self.")}
                 for item in node.body:
@@ -225,7 +216,7 @@ class _Analysis:
 
     def _function(self, fn, top, cls, tree, attributes=None) -> None:
         scope = _Scope(fn, top, cls, tree)
-        nodes = list(_own_nodes(fn))
+        nodes = list(own_nodes(fn))
         self._scope(scope, nodes, attributes)
         for node in nodes:
             if isinstance(node, ast.FunctionDef):
@@ -277,7 +268,7 @@ class _Analysis:
 
     def returns_model(self) -> None:
         for name, fn in self.functions.items():
-            returns = [n for n in _own_nodes(fn) if isinstance(n, ast.Return)]
+            returns = [n for n in own_nodes(fn) if isinstance(n, ast.Return)]
             names = {r.value.id for r in returns if isinstance(r.value, ast.Name)}
             if returns and len(names) == 1 and len(returns) == sum(isinstance(r.value, ast.Name) for r in returns):
                 param = next(iter(names))
@@ -286,7 +277,7 @@ class _Analysis:
 
     @staticmethod
     def _receiver_uses(fn, name: str):
-        for node in _own_nodes(fn):
+        for node in own_nodes(fn):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name \
                     and (node.attr in TRAINER_METHODS or node.attr == "optimizer"):
                 yield node
@@ -323,7 +314,7 @@ class _Analysis:
         while changed:
             changed = False
             for name, fn in self.functions.items():
-                for node in _own_nodes(fn):
+                for node in own_nodes(fn):
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in out:
                         callee = self.functions[node.func.id]
                         for param in out[node.func.id]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.engine.features import Feature
 from tern.engine.results import Refusal
 from tern.features.training.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
@@ -90,10 +91,10 @@ def _is_optimizer_call(node) -> bool:
 def _returns_optimizer(fn: ast.FunctionDef, size: int | None = None) -> bool:
     """Every ``return`` of ``fn`` gives a Keras optimizer built there (directly or through one name),
     or, with ``size``, a tuple of ``size`` of them (a GAN's ``return g_opt, d_opt``)."""
-    own = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-    built = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _is_optimizer_call(n.value)
+    own = [n for n in ast_walk(fn) if isinstance(n, ast.Return)]
+    built = {t.id for n in ast_walk(fn) if isinstance(n, ast.Assign) and _is_optimizer_call(n.value)
              for t in n.targets if isinstance(t, ast.Name)}
-    rebound = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and not _is_optimizer_call(n.value)
+    rebound = {t.id for n in ast_walk(fn) if isinstance(n, ast.Assign) and not _is_optimizer_call(n.value)
                for t in n.targets if isinstance(t, ast.Name)}
 
     def optimizer(value) -> bool:
@@ -107,7 +108,7 @@ def _returns_optimizer(fn: ast.FunctionDef, size: int | None = None) -> bool:
 
 def _optimizer_tuple_size(fn: ast.FunctionDef) -> int | None:
     """``n`` when every ``return`` of ``fn`` gives a tuple of ``n`` optimizers built there."""
-    sizes = {len(n.value.elts) for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)}
+    sizes = {len(n.value.elts) for n in ast_walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)}
     return next((size for size in sizes if len(sizes) == 1 and _returns_optimizer(fn, size)), None)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.engine.names import ast_tail
 from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, own_nodes, passing_calls, positional, sig_name, trainable_of, TrainSig
 
@@ -88,7 +89,7 @@ def _loops(fn: ast.FunctionDef) -> list[ast.stmt]:
 
 def _enclosing_loops(fn, node) -> tuple[int, ...]:
     return tuple(i for i, loop in enumerate(_loops(fn))
-                 if any(n is node for s in loop.body for n in ast.walk(s)))
+                 if any(n is node for s in loop.body for n in ast_walk(s)))
 
 
 def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
@@ -118,10 +119,10 @@ def tapes(fn: ast.FunctionDef) -> tuple[list[Tape], str | None]:
             if call.args or call.keywords:
                 return [], "tf.GradientTape(persistent=..., watch_accessed_variables=...): not translated yet"
             if any(isinstance(n, ast.With) and any(is_tape(it.context_expr) for it in n.items)
-                   for s in with_node.body for n in ast.walk(s)):
+                   for s in with_node.body for n in ast_walk(s)):
                 return [], "a tape inside a training tape: move the inner one into a function (e.g. a gradient penalty)"
             between = block[j + 1:i]
-            if any(grads in {n.id for n in ast.walk(s) if isinstance(n, ast.Name)} for s in between):
+            if any(grads in {n.id for n in ast_walk(s) if isinstance(n, ast.Name)} for s in between):
                 return [], f"the gradients `{grads}` are changed before apply_gradients: not translated yet"
             loss = _gradient(block[j], tape, grads, model)
             found.append(Tape(model, optimizer, loss, grads, tape, with_node, _enclosing_loops(fn, with_node)))
@@ -157,13 +158,13 @@ def multi_step(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig
     nested = nested_use(fn, names)
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda of the step"
-    if any(isinstance(n, ast.Name) and n.id in names and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+    if any(isinstance(n, ast.Name) and n.id in names and not isinstance(n.ctx, ast.Load) for n in ast_walk(fn)):
         return None, "the step rebinds a model or optimizer parameter"
     reason = _uses(fn, found, sigs, set(models), set(optimizers))
     if reason:
         return None, reason
     introduced = {state_name(m) for m in models} | {f"{m}_params" for m in models} | {f"compute_{t.loss}" for t in found}
-    taken = sorted(introduced & ({n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | set(params)))
+    taken = sorted(introduced & ({n.id for n in ast_walk(fn) if isinstance(n, ast.Name)} | set(params)))
     if taken:
         return None, f"the step already uses the name `{taken[0]}`, which its translation needs"
     reason = _closure_refusal(fn, found, params)
@@ -212,18 +213,18 @@ def _uses(fn, found: list[Tape], sigs, models: set[str], optimizers: set[str]) -
 
 def _closure_refusal(fn, found: list[Tape], params) -> str | None:
     """A tape body becomes a nested function: a name it assigns must not also be bound outside it."""
-    inside = {id(n) for t in found for s in t.with_node.body for n in ast.walk(s)}
+    inside = {id(n) for t in found for s in t.with_node.body for n in ast_walk(s)}
     outside = {n.id for n in own_nodes(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
                and id(n) not in inside} | set(params)
     for tape in found:
-        stored = {n.id for s in tape.with_node.body for n in ast.walk(s)
+        stored = {n.id for s in tape.with_node.body for n in ast_walk(s)
                   if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
         if tape.loss not in stored:
             return f"the loss `{tape.loss}` is not computed inside its tape"
         clash = sorted(stored & outside)
         if clash:
             return f"`{clash[0]}` is bound both inside a tape and outside it; rename one"
-        if any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for s in tape.with_node.body for n in ast.walk(s)):
+        if any(isinstance(n, (ast.Return, ast.Global, ast.Nonlocal)) for s in tape.with_node.body for n in ast_walk(s)):
             return "a return, global or nonlocal inside a tape"
     return None
 
@@ -282,7 +283,7 @@ def multi_threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[Trai
     for node in own_nodes(fn):
         if isinstance(node, ast.Name) and node.id in names and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than the training calls: not translated yet"
-    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | set(params)
+    used = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)} | set(params)
     taken = sorted(used & ({state_name(m) for m, _ in ordered}
                            | {f"{sig_name(c)}_result" for c, _ in passing_calls(fn, sigs)}))
     if taken:
@@ -298,4 +299,4 @@ def advancing_loops(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> frozenset
     """Source-order indices of ``fn``'s loops with a training call inside: the state changes every iteration."""
     calls = [c for c, sig in passing_calls(fn, sigs) if sig.updates]
     return frozenset(i for i, loop in enumerate(_loops(fn))
-                     if any(n is c for s in loop.body for n in ast.walk(s) for c in calls))
+                     if any(n is c for s in loop.body for n in ast_walk(s) for c in calls))

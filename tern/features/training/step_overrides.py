@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.engine.names import ast_tail
 from tern.features.training.step_syntax import TRAINABLE, is_tape, own_nodes
 
@@ -77,7 +78,7 @@ def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
 
 def _self_assigned(fn: ast.FunctionDef) -> dict[str, ast.expr | None]:
     out: dict[str, ast.expr | None] = {}
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
         for target in targets:
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
@@ -156,11 +157,11 @@ def analyse_class(cls: ast.ClassDef) -> ClassSteps:
 
 
 def _stores(nodes) -> set[str]:
-    return {n.id for s in nodes for n in ast.walk(s) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return {n.id for s in nodes for n in ast_walk(s) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
 
 
 def _loads(nodes) -> set[str]:
-    return {n.id for s in nodes for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for s in nodes for n in ast_walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _self_attrs(stmt: ast.AST) -> list[ast.Attribute | ast.Call]:
@@ -168,15 +169,15 @@ def _self_attrs(stmt: ast.AST) -> list[ast.Attribute | ast.Call]:
     def is_self(node: ast.expr) -> bool:
         return isinstance(node, ast.Name) and node.id == "self"
 
-    return [n for n in ast.walk(stmt) if (isinstance(n, ast.Attribute) and is_self(n.value))
+    return [n for n in ast_walk(stmt) if (isinstance(n, ast.Attribute) and is_self(n.value))
             or (isinstance(n, ast.Call) and is_self(n.func))]
 
 
 def _bare_self(stmt: ast.AST) -> bool:
     """``self`` used other than as ``self.<attr>`` or ``self(...)`` (passed on, stored)."""
-    wrapped = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute)}
-    wrapped |= {id(n.func) for n in ast.walk(stmt) if isinstance(n, ast.Call)}
-    return any(isinstance(n, ast.Name) and n.id == "self" and id(n) not in wrapped for n in ast.walk(stmt))
+    wrapped = {id(n.value) for n in ast_walk(stmt) if isinstance(n, ast.Attribute)}
+    wrapped |= {id(n.func) for n in ast_walk(stmt) if isinstance(n, ast.Call)}
+    return any(isinstance(n, ast.Name) and n.id == "self" and id(n) not in wrapped for n in ast_walk(stmt))
 
 
 def _touches_trackers(stmt: ast.AST, trackers: set[str]) -> bool:
@@ -215,14 +216,14 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
     returns = [n for n in own if isinstance(n, ast.Return)]
     if len(returns) != 1 or not body or body[-1] is not returns[0] or returns[0].value is None:
         return None, "the override must end with its one `return <logs>`"
-    nested = [n for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and n is not fn]
+    nested = [n for n in ast_walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and n is not fn]
     if any(_self_attrs(n) or _bare_self(n) for n in nested):
         return None, "`self` is used inside a nested function or lambda"
-    taken = sorted(INTRODUCED & ({n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {data}))
+    taken = sorted(INTRODUCED & ({n.id for n in ast_walk(fn) if isinstance(n, ast.Name)} | {data}))
     if taken:
         return None, f"the override already uses the name `{taken[0]}`, which its translation needs"
     if any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-           and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+           and not isinstance(n.ctx, ast.Load) for n in ast_walk(fn)):
         return None, "the override sets an attribute of `self` (a pure step cannot change the model object)"
     split = next(i for i, s in enumerate(body) if _touches_trackers(s, trackers) or s is body[-1])
     pure, eager = body[:split], body[split:]
@@ -236,7 +237,7 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
         reason = _model_use_reason(pure, model_attrs)
         if reason:
             return None, reason
-        if any(is_tape(n) for s in pure for n in ast.walk(s)):
+        if any(is_tape(n) for s in pure for n in ast_walk(s)):
             return None, "a tf.GradientTape in `test_step`: not translated"
         loss, grads, aux, stored = None, None, (), _stores(pure)
     for stmt in eager:
@@ -252,7 +253,7 @@ def _plan(fn: ast.FunctionDef, trackers: set[str], model_attrs: set[str]) -> tup
 def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
     """``(loss, grads, names the tape binds, the statements after the optimizer step, names the pure part binds)`` of a train_step's pure part, or why not."""
     tapes = [i for i, s in enumerate(pure) if isinstance(s, ast.With) and any(is_tape(it.context_expr) for it in s.items)]
-    if len(tapes) != 1 or sum(is_tape(n) for s in pure for n in ast.walk(s)) != 1:
+    if len(tapes) != 1 or sum(is_tape(n) for s in pure for n in ast_walk(s)) != 1:
         return "one top-level `with tf.GradientTape() as tape:` block is needed (nested or several tapes are not translated yet)"
     at = tapes[0]
     tape = pure[at]
@@ -281,7 +282,7 @@ def _train_parts(pure: list[ast.stmt], data: str, model_attrs: set[str]):
             and _is_trainable(apply.args[0].args[1])):
         return ("right after tape.gradient: `self.optimizer.apply_gradients(zip(grads, self.trainable_weights))` "
                 "(one optimizer, the unchanged gradients)")
-    uses = [n for s in pure for n in ast.walk(s) if isinstance(n, ast.Name) and n.id == name]
+    uses = [n for s in pure for n in ast_walk(s) if isinstance(n, ast.Name) and n.id == name]
     if len(uses) != 2:  # the `as` target and the one tape.gradient
         return "the tape is used other than by one `tape.gradient` (watch, a second gradient): not translated yet"
     reason = _model_use_reason(tape.body, model_attrs)

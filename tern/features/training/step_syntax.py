@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
 
 #: names the rewritten functions introduce; a function already using one is left alone
@@ -57,20 +58,10 @@ def is_tape(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and ast_tail(node.func) == "GradientTape"
 
 
-def own_nodes(fn: ast.FunctionDef):
-    """Every node of ``fn`` except those of nested functions and lambdas."""
-    todo = list(ast.iter_child_nodes(fn))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-
-
 def nested_use(fn: ast.FunctionDef, names) -> str | None:
     """A name of ``names`` read inside a nested function or lambda (a rename would miss it)."""
     own = {id(n) for n in own_nodes(fn)}
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         if isinstance(node, ast.Name) and node.id in names and id(node) not in own:
             return node.id
     return None
@@ -110,7 +101,7 @@ UNROLLED = "results"  # the list a `return [... for ...]` of training calls is b
 
 
 def parent_map(fn: ast.FunctionDef) -> dict[int, ast.AST]:
-    return {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    return {id(child): node for node in ast_walk(fn) for child in ast.iter_child_nodes(node)}
 
 
 def unrollable(fn: ast.FunctionDef, comp: ast.AST, parent: ast.AST) -> bool:
@@ -125,13 +116,13 @@ def unrollable(fn: ast.FunctionDef, comp: ast.AST, parent: ast.AST) -> bool:
         if not (parent.value is comp and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
             return False
     elif isinstance(parent, ast.Return):
-        if UNROLLED in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
+        if UNROLLED in {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}:
             return False
     else:
         return False
-    targets = {n.id for n in ast.walk(comp.generators[0].target) if isinstance(n, ast.Name)}
-    inside = {id(n) for n in ast.walk(comp)}
-    return not any(isinstance(n, ast.Name) and n.id in targets and id(n) not in inside for n in ast.walk(fn))
+    targets = {n.id for n in ast_walk(comp.generators[0].target) if isinstance(n, ast.Name)}
+    inside = {id(n) for n in ast_walk(comp)}
+    return not any(isinstance(n, ast.Name) and n.id in targets and id(n) not in inside for n in ast_walk(fn))
 
 
 def hoist_refusal(fn: ast.FunctionDef, call: ast.Call) -> str | None:

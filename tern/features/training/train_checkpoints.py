@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.features.training.step_syntax import INTRODUCED, is_build, nested_use, own_nodes, positional, TrainSig
 
 #: attributes of a translated checkpoint a function may use besides its counters
@@ -98,7 +99,7 @@ def creation_reason(call: ast.Call, model: str, optimizer: str) -> str | None:
 def _roles(fn: ast.FunctionDef, sigs) -> dict[str, str]:
     """Local names bound to a checkpoint or manager: created here or returned by a checkpointer."""
     roles: dict[str, str] = {}
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target, value = node.targets[0], node.value
@@ -191,12 +192,12 @@ def returns(fn: ast.FunctionDef, sigs, own) -> tuple[str | None, ...]:
 
 def checkpoint_pair(fn: ast.FunctionDef, sigs, params) -> tuple[str, str] | None:
     """(model, optimizer) among ``params`` as a Checkpoint here or a checkpointer call names them."""
-    for node in ast.walk(fn):
+    for node in ast_walk(fn):
         if _is_api(node, "Checkpoint"):
             values = {kw.arg: kw.value.id for kw in node.keywords if isinstance(kw.value, ast.Name) and kw.value.id in params}
             optimizer = values.get("optimizer")
             if optimizer is None:
-                builds = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                builds = [n for n in ast_walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                           and n.func.attr == "build" and isinstance(n.func.value, ast.Name)
                           and n.func.value.id in values.values()]
                 optimizer = builds[0].func.value.id if len(builds) == 1 else None
@@ -226,7 +227,7 @@ def restoring_pair(fn: ast.FunctionDef, sigs, params) -> set[tuple[str, str]]:
     """``{(model, optimizer)}`` of a function that restores a checkpoint of them (it updates the state)."""
     pair = checkpoint_pair(fn, sigs, params)
     found = _roles(fn, sigs)
-    if pair is None or not any(restore_of(s, found) for s in ast.walk(fn) if isinstance(s, ast.stmt)):
+    if pair is None or not any(restore_of(s, found) for s in ast_walk(fn) if isinstance(s, ast.stmt)):
         return set()
     return {pair}
 
@@ -259,7 +260,7 @@ def checkpointer(fn: ast.FunctionDef, sigs):
     for node in own:
         if isinstance(node, ast.Name) and node.id in pair and id(node) not in allowed:
             return None, f"`{node.id}` is used for more than checkpointing: not translated yet"
-    if ({n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | set(params)) & INTRODUCED:
+    if ({n.id for n in ast_walk(fn) if isinstance(n, ast.Name)} | set(params)) & INTRODUCED:
         return None, "the function already uses a name its translation needs (`state`)"
     return TrainSig("checkpointer", params, model, optimizer, returns=returns(fn, sigs, own),
                     checkpoints=roles(fn, sigs)), None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 
+from tern.engine.ast_walks import walk as ast_walk
 from tern.features.training import multi_state_steps, train_checkpoints
 from tern.engine.names import ast_tail
 from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, own_nodes, parent_map, passing_calls, positional, sig_name, trainable_of, TrainSig
@@ -44,7 +45,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
         return None, None
     if len(applies) > 1:
         return None, SEVERAL_OPTIMIZERS
-    if len(tapes) > 1 or any(is_tape(n) for t in tapes for s in t.body for n in ast.walk(s)):
+    if len(tapes) > 1 or any(is_tape(n) for t in tapes for s in t.body for n in ast_walk(s)):
         return None, ("nested or several tf.GradientTape blocks (e.g. a gradient penalty): not translated yet; "
                       "differentiate an inner function with jax.grad inside the loss function")
     params = positional(fn)
@@ -94,7 +95,7 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
                       "creates or reads from globals is not translated yet)")
     current = grads
     for stmt in after[grad_at[0] + 1:apply_at[0]]:
-        if current not in names_in(ast.walk(stmt)):
+        if current not in names_in(ast_walk(stmt)):
             continue
         if _is_global_norm_clip(stmt, current):
             current = stmt.targets[0].elts[0].id
@@ -106,20 +107,20 @@ def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     nested = nested_use(fn, (model, optimizer))
     if nested:
         return None, f"`{nested}` is used inside a nested function or lambda of the step"
-    if any(isinstance(n, ast.Name) and n.id in (model, optimizer) and not isinstance(n.ctx, ast.Load) for n in ast.walk(fn)):
+    if any(isinstance(n, ast.Name) and n.id in (model, optimizer) and not isinstance(n.ctx, ast.Load) for n in ast_walk(fn)):
         return None, "the step rebinds its model or optimizer parameter"
     reason = _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply)
     if reason:
         return None, reason
-    stored = {n.id for s in tape.body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stored = {n.id for s in tape.body for n in ast_walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if loss not in stored:
         return None, f"the loss `{loss}` is not computed inside the tape"
-    before = {n.id for s in fn.body[:fn.body.index(tape)] for n in ast.walk(s)
+    before = {n.id for s in fn.body[:fn.body.index(tape)] for n in ast_walk(s)
               if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     clash = sorted(stored & (before | set(params)))
     if clash:
         return None, f"`{clash[0]}` is rebound inside the tape; rename it there first"
-    taken = sorted(INTRODUCED & {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | (INTRODUCED & set(params)))
+    taken = sorted(INTRODUCED & {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)} | (INTRODUCED & set(params)))
     if taken:
         return None, f"the step already uses the name `{taken[0]}`, which its translation needs"
     returns = [n for n in own if isinstance(n, ast.Return)]
@@ -151,9 +152,9 @@ def _model_and_optimizer_uses(fn, tape, model, optimizer, grad_stmt, apply) -> s
     if reason:
         return reason
     allowed.add(id(calls[0].func))
-    call_at = next(i for i, st in enumerate(tape.body) if any(n is calls[0] for n in ast.walk(st)))
+    call_at = next(i for i, st in enumerate(tape.body) if any(n is calls[0] for n in ast_walk(st)))
     for i, st in enumerate(tape.body):
-        for node in ast.walk(st):
+        for node in ast_walk(st):
             if isinstance(node, ast.Attribute) and node.attr == "losses" and isinstance(node.value, ast.Name) \
                     and node.value.id == model and i >= call_at:
                 allowed.add(id(node))  # the terms of this forward pass: keras_model_losses(model_state)
@@ -180,17 +181,17 @@ def _hoistable(tape: ast.With, call: ast.Call, fn, model: str) -> str | None:
     the call sits where Python may not evaluate it (lambda, comprehension, ``x if c else y``,
     ``and``/``or``).
     """
-    stmt = next((s for s in tape.body if any(n is call for n in ast.walk(s))), None)
+    stmt = next((s for s in tape.body if any(n is call for n in ast_walk(s))), None)
     if stmt is None or isinstance(stmt, (ast.For, ast.While, ast.If, ast.With, ast.Try)):
         return "the model is called outside the tape or inside a block within it: not translated yet"
-    for node in ast.walk(stmt):
+    for node in ast_walk(stmt):
         if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp)) \
-                and any(n is call for n in ast.walk(node)):
+                and any(n is call for n in ast_walk(node)):
             return "the model is called inside a lambda, comprehension or conditional expression"
     direct = isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
     if direct and not isinstance(stmt.targets[0], ast.Name):
         return "the model's output is unpacked; assign it to one name inside the tape"
-    if not direct and f"{model}_outputs" in {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}:
+    if not direct and f"{model}_outputs" in {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}:
         return f"the step already uses the name `{model}_outputs`, which its translation needs"
     return None
 
@@ -202,7 +203,7 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
     params = positional(fn)
     own = {id(n) for n in own_nodes(fn)}
     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in sigs and sigs[n.func.id].updates
-           and id(n) not in own for n in ast.walk(fn)):
+           and id(n) not in own for n in ast_walk(fn)):
         return None, "a training call inside a lambda or nested function cannot pass the state on; write a loop"
     if any(sig.updates and sig.pairs for _, sig in passing_calls(fn, sigs)):
         return multi_state_steps.multi_threader(fn, sigs)
@@ -263,7 +264,7 @@ def _threader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> tuple[TrainSig 
             reason = hoist_refusal(fn, call)
             if reason:
                 return None, reason
-    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    names = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}
     if "state" in names or "state" in params or any(f"{sig_name(c)}_result" in names for c, _ in passing_calls(fn, sigs)):
         return None, "the function already uses the name `state`, which its translation needs"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in own_nodes(fn)):
@@ -282,7 +283,7 @@ def _builder_refusal(fn: ast.FunctionDef, model: str, optimizer: str) -> str | N
     the optimizer, if it cannot. It needs one top-level ``optimizer = <call>``, then one top-level
     ``optimizer.build(model.trainable_variables)`` (the variables and frozen flags of that moment
     make the state), and every training call after it."""
-    binds = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == optimizer and not isinstance(n.ctx, ast.Load)]
+    binds = [n for n in ast_walk(fn) if isinstance(n, ast.Name) and n.id == optimizer and not isinstance(n.ctx, ast.Load)]
     made = [i for i, stmt in enumerate(fn.body) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == optimizer and isinstance(stmt.value, ast.Call)]
     if len(binds) != 1 or len(made) != 1:
@@ -293,7 +294,7 @@ def _builder_refusal(fn: ast.FunctionDef, model: str, optimizer: str) -> str | N
         return (f"`{optimizer}` is made here without a top-level `{optimizer}.build({model}.trainable_variables)` after "
                 "it: where Keras builds it (its first update, after any freezing) is not a place the state can be made")
     if any(isinstance(n, ast.Name) and n.id == optimizer and isinstance(n.ctx, ast.Load)
-           for stmt in fn.body[:build] for n in ast.walk(stmt)):
+           for stmt in fn.body[:build] for n in ast_walk(stmt)):
         return f"`{optimizer}` is used before `{optimizer}.build(...)`, where the train state does not hold it yet"
     return None
 
@@ -303,7 +304,7 @@ def _before_build(fn: ast.FunctionDef, model: str, optimizer: str) -> set[int]:
     of the model (it is the module object then: ``state.module``) and the optimizer's making
     (``_builder_refusal`` refused any other use of the optimizer there)."""
     build = _build_index(fn, model, optimizer)
-    return {id(n) for stmt in fn.body[:build] for n in ast.walk(stmt)
+    return {id(n) for stmt in fn.body[:build] for n in ast_walk(stmt)
             if isinstance(n, ast.Name) and n.id in (model, optimizer)}
 
 
@@ -325,12 +326,12 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
     params = positional(fn)
     if params is None:
         return None
-    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    names = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}
     if "state" in names or "state" in params:
         return None
     own = list(own_nodes(fn))
     own_ids = {id(n) for n in own}
-    nested = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and id(n) not in own_ids}  # nested_use, for every param at once
+    nested = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name) and id(n) not in own_ids}  # nested_use, for every param at once
     calls = {id(n.func): n for n in own if isinstance(n, ast.Call)}
     passed = {}
     for call, sig in passing_calls(fn, sigs):
@@ -398,7 +399,7 @@ class _Remembered:
         names = self.callees.get(id(fn))
         if names is None:
             names = self.callees[id(fn)] = tuple(sorted({
-                n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}))
+                n.func.id for n in ast_walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}))
         seen = tuple(self.sigs.get(name) for name in names)
         last = self.answers.get(id(fn))
         if last is not None and all(a is b for a, b in zip(last[0], seen)):
