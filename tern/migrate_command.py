@@ -38,7 +38,8 @@ class MigrateArgs:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def anchored(self, cwd: Path) -> MigrateArgs:
-        """The paths read against ``cwd`` (absolute ones stand)."""
+        """The source and output read against ``cwd`` (absolute ones stand); ``report_path``
+        stays as given, since the report is named as the user wrote it (``report_stem``)."""
         def at(p: Optional[Path]) -> Optional[Path]:
             return None if p is None else cwd / p
         return MigrateArgs(cwd / self.path, at(self.out_dir), self.in_place, self.dry_run, self.jobs, self.report_path,
@@ -153,8 +154,7 @@ def migrate_rules(args: MigrateArgs, *, out: Console, err: Console, cwd: Path, e
         err.file.write("error: --in-place and --out exclude each other\n")
         return 2
     try:
-        stem = report_stem(MigrateArgs(args.path, args.out_dir, args.in_place, args.dry_run, report_path=shown.report_path),
-                           cwd)
+        stem = report_stem(args, cwd)
     except UsageError as exc:
         err.file.write(f"error: {exc}\n")
         return 2
