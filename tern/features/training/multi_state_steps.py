@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ast
 
-from tern.engine.ast_walks import walk as ast_walk
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
-from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, own_nodes, passing_calls, positional, sig_name, trainable_of, TrainSig
+from tern.features.training.step_syntax import TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, nested_use, passing_calls, positional, sig_name, trainable_of, TrainSig
 
 
 

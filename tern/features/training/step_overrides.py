@@ -29,9 +29,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from tern.engine.ast_walks import walk as ast_walk
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
-from tern.features.training.step_syntax import TRAINABLE, is_tape, own_nodes
+from tern.features.training.step_syntax import TRAINABLE, is_tape
 
 
 TRANSLATED = ("train_step", "test_step")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ast
 
-from tern.engine.ast_walks import walk as ast_walk
-from tern.features.training.step_syntax import INTRODUCED, is_build, nested_use, own_nodes, positional, TrainSig
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
+from tern.features.training.step_syntax import INTRODUCED, is_build, nested_use, positional, TrainSig
 
 #: attributes of a translated checkpoint a function may use besides its counters
 CHECKPOINT_USES = frozenset({"restore", "save_counter"})

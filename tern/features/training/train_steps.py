@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import ast
 
-from tern.engine.ast_walks import walk as ast_walk
+from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.features.training import multi_state_steps, train_checkpoints
 from tern.engine.names import ast_tail
-from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, own_nodes, parent_map, passing_calls, positional, sig_name, trainable_of, TrainSig
+from tern.features.training.step_syntax import INTRODUCED, SEVERAL_OPTIMIZERS, TRAINABLE, arg_at, hoist_refusal, is_build, is_tape, names_in, nested_use, parent_map, passing_calls, positional, sig_name, trainable_of, TrainSig
 
 def step_refusal(fn: ast.FunctionDef) -> tuple[TrainSig | None, str | None]:
     """``(signature, None)`` for a step tern translates, ``(None, reason)`` for one it cannot,
