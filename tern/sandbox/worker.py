@@ -42,6 +42,7 @@ from tern.sandbox import procfs
 from tern.sandbox.confine import end_descendants, reap_children
 from tern.sandbox.isolation import Guard
 from tern.sandbox.jobs import OUTPUT, Job, JobResult
+from tern.sandbox.prng import needs_threefry, prng_for
 
 TASK_PREFIXES = ("tern.",)  # only tern's own task functions; they decide what the untrusted code may do
 OUTPUT_TAIL = 8192  # bytes of printed output returned with a result
@@ -194,6 +195,8 @@ class Worker:
         saved_path, saved_streams = list(sys.path), (sys.stdout, sys.stderr)
         if job.sys_path:
             importlib.invalidate_caches()  # files written since the last job are found
+        with self.guard.trusted():
+            threefry = self.kind != "tf" and needs_threefry(job.sys_path)
         self.guard.enter([scratch, *job.writable])
         handlers = {sig: signal.getsignal(sig) for sig in _JOB_SIGNALS}
         out_fd = self._redirect_output()
@@ -201,7 +204,8 @@ class Worker:
             os.chdir(scratch)
             sys.path[:0] = list(job.sys_path)
             fn = getattr(importlib.import_module(module), name)
-            value = fn(dict(job.payload), scratch)
+            with prng_for(threefry) if self.kind != "tf" else contextlib.nullcontext():
+                value = fn(dict(job.payload), scratch)
             json.dumps(value)  # a value the pool cannot decode would look like a crash
             if not isinstance(value, dict):
                 raise TypeError(f"task returned {type(value).__name__}, expected dict")

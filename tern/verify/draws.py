@@ -36,13 +36,22 @@ TF_SAMPLERS = (
     ("gen_stateless_random_ops", "stateless_random_normal", "normal"),
     ("gen_stateless_random_ops", "stateless_random_uniform", "uniform"),
 )
-#: samplers tern cannot inject (integer draws, truncated normals, categorical, stateless
-#: shuffles, and ``tf.random.Generator``'s stateful ops)
+#: samplers tern cannot inject (integer draws, truncated normals, categorical, Poisson, gamma,
+#: binomial, stateless shuffles, and ``tf.random.Generator``'s stateful ops)
 TF_OTHER = (
     ("gen_random_ops", "random_uniform_int"), ("gen_random_ops", "truncated_normal"),
-    ("gen_random_ops", "multinomial"),
+    ("gen_random_ops", "parameterized_truncated_normal"), ("gen_random_ops", "multinomial"),
+    ("gen_random_ops", "random_poisson"), ("gen_random_ops", "random_poisson_v2"), ("gen_random_ops", "random_gamma"),
+    ("gen_stateless_random_ops", "stateless_random_uniform_int"),
+    ("gen_stateless_random_ops", "stateless_random_uniform_full_int"),
+    ("gen_stateless_random_ops", "stateless_truncated_normal"),
+    ("gen_stateless_random_ops", "stateless_parameterized_truncated_normal"),
+    ("gen_stateless_random_ops", "stateless_multinomial"), ("gen_stateless_random_ops", "stateless_random_binomial"),
+    ("gen_stateless_random_ops", "stateless_random_gamma_v2"), ("gen_stateless_random_ops", "stateless_random_poisson"),
     ("gen_stateless_random_ops_v2", "stateless_random_uniform_int_v2"),
+    ("gen_stateless_random_ops_v2", "stateless_random_uniform_full_int_v2"),
     ("gen_stateless_random_ops_v2", "stateless_truncated_normal_v2"),
+    ("gen_stateless_random_ops_v2", "stateless_random_gamma_v3"), ("gen_stateless_random_ops_v2", "stateless_shuffle"),
     ("gen_stateful_random_ops", "stateful_standard_normal_v2"), ("gen_stateful_random_ops", "stateful_uniform"),
     ("gen_stateful_random_ops", "stateful_uniform_int"), ("gen_stateful_random_ops", "stateful_uniform_full_int"),
     ("gen_stateful_random_ops", "stateful_truncated_normal"), ("gen_stateful_random_ops", "stateful_random_binomial"),

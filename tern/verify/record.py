@@ -265,6 +265,7 @@ class Recorder:
                 **({"stochastic": case["stochastic"]} if case["stochastic"] else {}),
                 **({"probes": probes, "probe_ms": probe_ms} if probes else {}),
                 **({"state_units": state_units} if state_units else {}),
+                **({"no_gradient": case["no_gradient"]} if case["no_gradient"] else {}),
                 **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
                 "defaults": keras_defaults(layer, origin)}
         write_case(self.out, ident, meta, all_arrays)
@@ -300,7 +301,7 @@ class Recorder:
         after each run, as after the recorded ones."""
         tf = _tf()
         mode = (target, bool(kwargs.get("training")))
-        if case["stochastic"] or case["draws"] or mode in self.probed:
+        if case["stochastic"] or case["draws"] or case["opaque_draws"] or mode in self.probed:
             return []
         self.probed.add(mode)
         flat_in = tf.nest.flatten([list(args), dict(kwargs)])
@@ -375,7 +376,11 @@ class Recorder:
                                  if c is not None] or [tf.constant(0.0)])
             trainable = list(layer.trainable_variables)
             sources = [watched[i] for i in float_positions] + trainable
-            grads = tape.gradient(loss, sources) if with_grads else None
+            try:
+                grads = tape.gradient(loss, sources) if with_grads else None
+            except LookupError as exc:  # an op TF has no gradient for (RandomPoissonV2): outputs alone
+                no_gradient.append(str(exc))
+                cot, grads = [None] * len(cot), [None] * len(sources)
             return tf.nest.map_structure(lambda o: np.asarray(o), out), cot, grads, trainable
 
         def restore(advance_rng: bool = False) -> None:
@@ -385,6 +390,7 @@ class Recorder:
 
         self.replaying = True
         draws: list = []
+        no_gradient: list[str] = []
         try:
             with self.draw_tape.recording():
                 first = run(None, True)
@@ -407,6 +413,7 @@ class Recorder:
                 if len(left) != len(right) or not any(same):
                     return "stochastic: two runs on the same inputs and weights differ"
                 keep = same
+                no_gradient.clear()  # asked again of the reproducible outputs alone
                 chosen = run(keep, True)
                 restore()
                 updated = {}
@@ -423,7 +430,10 @@ class Recorder:
         return {"outputs": first[0], "cotangents": [None if c is None else np.asarray(c) for c in cot],
                 "input_grads": input_grads, "float_inputs": [present.index(i) for i in float_positions],
                 "grads_by_id": grads_by_id, "stochastic": [i for i, kept in enumerate(keep or []) if not kept],
-                "updated": updated, "draws": draws,
+                "updated": updated, "draws": draws, "no_gradient": no_gradient[-1] if no_gradient else "",
+                # drew from samplers tern cannot inject, yet gave the same outputs twice (a
+                # categorical over one dominant logit): other inputs may not, so none are probed
+                "opaque_draws": other_draws,
                 # without the draws, which outputs depend on them: those that differed between the two
                 # runs, or all of them when both runs drew alike (an RNG state restored between them)
                 "sampled": ([i for i, kept in enumerate(same) if not kept] if not all(same) else list(range(len(same))))

@@ -136,11 +136,14 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
     origin = {"kind": "function", "module": module, "name": name}
     recorder.replaying = True
     try:
-        again = _result_leaves(fn(*args, **kwargs))
+        with recorder.draw_tape.recording():
+            again = _result_leaves(fn(*args, **kwargs))
     except Exception:  # noqa: BLE001 - the test's own call succeeded; a second one is ours
         again = None
     finally:
         recorder.replaying = False
+    # samplers tern cannot inject that gave the same result twice here may not on other inputs
+    opaque_draws = recorder.draw_tape.other
     draws: list = []
     if again is None or len(again) != len(first) or not all(
             a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again)):
@@ -151,7 +154,7 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
         result, draws = drawn
     first_call = target not in recorder.probed_functions
     recorder.probed_functions.add(target)
-    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws else []
+    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws and not opaque_draws else []
     outputs = pack(_as_arrays(result), arrays)
     probes = [{"name": probe, "inputs": pack(floats, arrays), "outputs": pack(_as_arrays(out), arrays),
                "compared": compared, "float_at": float_at} for probe, float_at, floats, out, compared in probes]

@@ -184,6 +184,9 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
             result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
                                                      "(sampled): not compared, the call's other outputs are"]))
+        if meta.get("no_gradient"):
+            result["note"] = "; ".join(filter(None, [result.get("note"), f"gradients not compared: TensorFlow has none "
+                                                     f"({meta['no_gradient']})"]))
         if meta.get("defaults"):
             result["interface"] = default_checks(module, meta["defaults"])
         if meta.get("probes"):
