@@ -69,6 +69,31 @@ class LayerCall:
         return jax.jit(loss_and_outputs, compiler_options=compiler_options)
 
 
+    def sample_runs(self, variables: dict, runs: int, seed: int) -> list:
+        """The call's output leaves over ``runs`` fresh draws, ``(runs, *shape)`` each: RNG
+        stream ``i`` of run ``r`` is ``fold_in(key(seed + i), r)``. The runs are vmapped under
+        one jit; a translation that cannot be vmapped runs once per key, jitted."""
+        import jax
+        import jax.numpy as jnp
+
+        module, call_inputs, floats, rest = self.module, self.call_inputs, self.floats, self.rest
+        mutable = [c for c in variables if c != "params"] if self.kwargs.get("training") else False
+        streams = sorted(self.rngs)
+
+        def once(index):
+            rngs = {name: jax.random.fold_in(jax.random.key(seed + i), index) for i, name in enumerate(streams)}
+            call_args, call_kwargs = call_inputs(floats, rest)
+            out = module.apply(variables, *call_args, rngs=rngs, mutable=mutable, **call_kwargs)
+            return jax.tree_util.tree_leaves(out[0] if mutable else out)
+
+        try:
+            return [np.asarray(leaf) for leaf in jax.jit(jax.vmap(once))(jnp.arange(runs))]
+        except Exception:  # noqa: BLE001 - Python control flow on values, a primitive without a batching rule
+            single = jax.jit(once)
+            per_run = [[np.asarray(leaf) for leaf in single(index)] for index in range(runs)]
+            return [np.stack(leaves) for leaves in zip(*per_run)]
+
+
 def layer_call(meta: dict, arrays: Any, accepted_kwargs: Callable[[Any, dict], dict]) -> LayerCall:
     """The translated module of a recorded case, built, with the recorded inputs split into
     float inputs and the rest (``accepted_kwargs``: the recorded keywords its ``__call__``

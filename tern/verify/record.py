@@ -11,8 +11,10 @@ reproduce faithfully).
 
 The recorder re-runs each call itself (under a ``GradientTape``, twice) and restores
 every variable afterwards, so the test sees the state it would have seen without it.
-Two re-runs that differ mark the call *stochastic* (dropout in training, sampling):
-it is counted, not recorded, since no replay could match it.
+Two re-runs that differ mark the call *stochastic* (dropout in training, sampling): it is
+recorded with its random draws, which the replay injects (``draws.py``), or, where they
+cannot be injected, with many runs of its sampled outputs, which the replay compares as
+distributions (``distributions.py``).
 
 Training steps the tests call are recorded alongside, by ``step_record.py``.
 """
@@ -33,6 +35,7 @@ import numpy as np
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
 from tern.verify.arrays import Unpackable, pack, shift, write_case
+from tern.verify.distributions import affordable_runs
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
 from tern.verify.junit import run_pytest
@@ -266,6 +269,8 @@ class Recorder:
                 **({"probes": probes, "probe_ms": probe_ms} if probes else {}),
                 **({"state_units": state_units} if state_units else {}),
                 **({"no_gradient": case["no_gradient"]} if case["no_gradient"] else {}),
+                **({"samples": {"leaves": case["samples"]["leaves"], "runs": pack(case["samples"]["runs"], all_arrays)}}
+                   if case["samples"] else {}),
                 **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
                 "defaults": keras_defaults(layer, origin)}
         write_case(self.out, ident, meta, all_arrays)
@@ -390,6 +395,7 @@ class Recorder:
 
         self.replaying = True
         draws: list = []
+        samples = None
         no_gradient: list[str] = []
         try:
             with self.draw_tape.recording():
@@ -399,7 +405,9 @@ class Recorder:
                        if not v.trainable and "seed_generator" not in variable_path(v)
                        and not np.array_equal(v.numpy(), value)}  # what the call left: moving statistics
             restore(advance_rng=True)
+            started = time.perf_counter()
             second = run(None, False)
+            seconds_per_run = time.perf_counter() - started
             restore()
             left, right = tf.nest.flatten(first[0]), tf.nest.flatten(second[0])
             same = [np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=True) for a, b in zip(left, right)]
@@ -410,7 +418,11 @@ class Recorder:
             if again is not None:
                 chosen, draws = again, first_draws
             elif len(left) != len(right) or not all(same):
-                if len(left) != len(right) or not any(same):
+                if len(left) != len(right):
+                    return "stochastic: two runs on the same inputs and weights differ"
+                sampled = [i for i, kept in enumerate(same) if not kept]
+                samples = self._sample(run, restore, left, sampled, seconds_per_run)
+                if samples is None and not any(same):
                     return "stochastic: two runs on the same inputs and weights differ"
                 keep = same
                 no_gradient.clear()  # asked again of the reproducible outputs alone
@@ -433,11 +445,35 @@ class Recorder:
                 "updated": updated, "draws": draws, "no_gradient": no_gradient[-1] if no_gradient else "",
                 # drew from samplers tern cannot inject, yet gave the same outputs twice (a
                 # categorical over one dominant logit): other inputs may not, so none are probed
-                "opaque_draws": other_draws,
+                "opaque_draws": other_draws, "samples": samples,
                 # without the draws, which outputs depend on them: those that differed between the two
                 # runs, or all of them when both runs drew alike (an RNG state restored between them)
                 "sampled": ([i for i, kept in enumerate(same) if not kept] if not all(same) else list(range(len(same))))
                            if draws else []}
+
+    def _sample(self, run: Any, restore: Any, leaves: list, sampled: list[int], seconds_per_run: float) -> dict | None:
+        """The sampled outputs (positions ``sampled`` among the leaves) over fresh runs of the
+        call, ``{"leaves": sampled, "runs": [(runs, *shape) per output]}`` for the replay to
+        compare as distributions (``distributions.py``); None when too few runs are affordable,
+        an output is not numeric, or a run changes the outputs' structure or shapes. The RNG
+        state advances between runs; every variable is restored after."""
+        tf = _tf()
+        if any(np.asarray(leaves[i]).dtype.kind not in "fiub" for i in sampled):
+            return None
+        runs = affordable_runs(seconds_per_run, [int(np.size(leaves[i])) for i in sampled])
+        if not runs:
+            return None
+        kept: list[list[np.ndarray]] = []
+        try:
+            for _ in range(runs):
+                again = tf.nest.flatten(run(None, False)[0])
+                restore(advance_rng=True)
+                if len(again) != len(leaves) or any(np.shape(again[i]) != np.shape(leaves[i]) for i in sampled):
+                    return None  # data-dependent shapes: no two runs to set side by side
+                kept.append([np.asarray(again[i]) for i in sampled])
+        finally:
+            restore()
+        return {"leaves": sampled, "runs": [np.stack([one[k] for one in kept]) for k in range(len(sampled))]}
 
     def _with_draws(self, run: Any, restore: Any, first: tuple, draws: list, other: int) -> tuple | None:
         """The call once more with ``draws`` (the first run's) handed back to TF, under a

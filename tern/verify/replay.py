@@ -37,6 +37,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, read_case, unpack
+from tern.verify.distributions import ALPHA, SEED, distribution_check
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.interface import default_checks
@@ -95,6 +96,14 @@ def _replayed(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory
         return _without_draws(meta, arrays, name, tolerance, memory_mb, str(exc))
     finally:
         jax.clear_caches()
+
+
+def _distribution_checks(meta: dict, arrays: Any, call: Any, variables: dict, want_paths: list) -> list[dict]:
+    """The sampled outputs of a call whose draws could not be injected, the translation's runs
+    beside Keras's (``distributions.py``)."""
+    keras_runs = unpack(meta["samples"]["runs"], arrays)
+    got = call.sample_runs(variables, len(keras_runs[0]), SEED)
+    return [distribution_check(want_paths[leaf][0], got[leaf], want) for leaf, want in zip(meta["samples"]["leaves"], keras_runs)]
 
 
 def _without_draws(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int, reason: str) -> dict:
@@ -175,6 +184,7 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             if reference is None and not injector and not all(c["ok"] for c in checks):
                 result["wants_reference"] = True  # a Keras float64 run may settle it (``reference.py``)
         compared_outputs = len(want_paths) - len(meta.get("stochastic", []))
+        distributions: list[dict] = []
         result["outputs"] = checks[:compared_outputs]
         result["gradients"] = checks[compared_outputs:] + problems
         if injector:
@@ -182,8 +192,16 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
                                                      "injected into the translation: every output compared"]))
         if meta.get("stochastic"):
             sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
-            result["note"] = "; ".join(filter(None, [result.get("note"), f"outputs {sampled} differ between two Keras runs "
-                                                     "(sampled): not compared, the call's other outputs are"]))
+            if meta.get("samples"):
+                distributions = _distribution_checks(meta, arrays, call, variables, want_paths)
+                result["outputs"] += distributions
+                told = (f"outputs {sampled} differ between Keras runs (draws tern cannot inject): compared as "
+                        f"distributions over {len(unpack(meta['samples']['runs'], arrays)[0])} runs a side "
+                        f"(two-sample Kolmogorov-Smirnov, Bonferroni, alpha {ALPHA:g})")
+            else:
+                told = f"outputs {sampled} differ between two Keras runs (sampled): not compared"
+            others = len(want_paths) - len(meta["stochastic"])
+            result["note"] = "; ".join(filter(None, [result.get("note"), told + (", the call's other outputs are" if others else "")]))
         if meta.get("no_gradient"):
             result["note"] = "; ".join(filter(None, [result.get("note"), f"gradients not compared: TensorFlow has none "
                                                      f"({meta['no_gradient']})"]))
@@ -197,7 +215,8 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             result["probe_ms"] = {"keras": meta.get("probe_ms", 0.0), "jax": (time.perf_counter() - started) * 1000}
             if reference is None and not injector and not all(c["ok"] for c in result["probes"]):
                 result["wants_reference"] = True  # Keras's own float32 rounding may be the larger one
-        compared = checks + problems + result.get("probes", []) + result.get("state", []) + result.get("interface", [])
+        compared = (checks + problems + distributions + result.get("probes", []) + result.get("state", [])
+                    + result.get("interface", []))
         result["status"] = Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH
         return result
     except DrawsDoNotLineUp:
@@ -287,7 +306,12 @@ def _replay_eagerly(result: dict, meta: dict, arrays: Any, module: Any, init: An
     if len(got_leaves) != len(want_paths):
         return {**result, "status": Status.MISMATCH, "outputs": [], "message": f"{len(got_leaves)} outputs, keras gave {len(want_paths)}"}
     checks = [compare(path, got, want, tolerance) for path, got, want in _reproducible(meta, arrays, want_paths, got_leaves)]
-    return {**result, "outputs": checks, "gradients": [], "eager": "data-dependent output shapes: outputs compared eagerly, gradients not compared",
+    eager = "data-dependent output shapes: outputs compared eagerly, gradients not compared"
+    if meta.get("stochastic"):
+        eager += ", sampled outputs not compared (an untraced call is not sampled)"
+    if not checks:
+        return {**result, "status": Status.NOT_COMPARED, "outputs": [], "gradients": [], "note": eager}
+    return {**result, "outputs": checks, "gradients": [], "eager": eager,
             "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
 
 

@@ -267,7 +267,7 @@ def _last_line(text: str) -> str:
 
 def _summary(check: dict) -> dict:
     return {k: check[k] for k in ("name", "ok", "max_abs", "max_rel", "rounding", "keras_float64", "problem", "not_judged",
-                                  "input") if k in check}
+                                  "input", "distribution") if k in check}
 
 
 def probe_worst(checks: list[dict]) -> dict | None:
