@@ -65,3 +65,56 @@ def test_a_drawing_function_replays_under_two_keys_and_a_key_dependent_translati
     row = _row(tmp_path)
     assert row["status"] == "mismatch" and proc.returncode == 1, proc.stdout
     assert "two keys give the translation different results" in json.dumps(row), row
+
+
+SAMPLED = '''import tensorflow as tf
+
+
+def drop_tokens(ids, rate):
+    """ids with each token replaced by 0 with probability `rate`, and how many each row kept."""
+    keep = tf.random.uniform(tf.shape(ids), maxval=100, dtype=tf.int32) >= tf.cast(rate * 100, tf.int32)
+    return tf.where(keep, ids, tf.zeros_like(ids)), tf.reduce_sum(tf.cast(keep, tf.int32), axis=-1)
+'''
+
+SAMPLED_TEST = '''import numpy as np
+import tensorflow as tf
+
+from draws.ops import drop_tokens
+
+
+class DropTokensTest(tf.test.TestCase):
+    def test_kept_tokens_are_unchanged(self):
+        ids = np.arange(1, 33, dtype="int32").reshape(4, 8)
+        dropped, kept = drop_tokens(ids, 0.3)
+        dropped = np.asarray(dropped)
+        self.assertTrue(np.all((dropped == ids) | (dropped == 0)))
+        self.assertAllEqual(kept, (dropped != 0).sum(axis=-1))
+'''
+
+
+def test_a_function_drawing_integers_is_compared_as_a_distribution_and_a_wrong_rate_is_caught(tmp_path):
+    """Integer draws cannot be injected: TF's calls are kept by the hundred and the
+    translation's, under as many keys, must come from the same distribution."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "draws").mkdir()
+    (tmp_path / "draws" / "__init__.py").write_text("")
+    (tmp_path / "draws" / "ops.py").write_text(SAMPLED)
+    (tmp_path / "draws" / "ops_test.py").write_text(SAMPLED_TEST)
+    assert _tern(tmp_path, "migrate", "draws", "--out", "out/draws", "-q").returncode == 0
+    translated = tmp_path / "out" / "draws" / "ops.py"
+
+    proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
+    row = _row(tmp_path)
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
+    case = row["cases"][0]
+    assert "compared as distributions over 200 calls" in case["note"], case
+    assert [c["name"] for c in case["compared"] if "distribution" in c] == ["[0] (distribution)", "[1] (distribution)"]
+
+    # planted: tokens dropped at half the rate; the translated test still passes
+    text = translated.read_text()
+    assert text.count("rate * 100") == 1, text
+    translated.write_text(text.replace("rate * 100", "rate * 50"))
+    proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
+    row = _row(tmp_path)
+    assert row["status"] == "mismatch" and row["tests_failed"] == 0, proc.stdout
+    assert "(distribution): distributions differ" in json.dumps(row), row

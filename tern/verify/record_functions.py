@@ -8,19 +8,23 @@ Recorded: a top-level call (not inside a layer call or another package function)
 eagerly, whose arguments are arrays, tensors, Python scalars, strings, ``None`` and
 containers of them (no ``tf.Variable``: a function may assign to it), and whose result is
 arrays alone (tensors, NumPy arrays, nested in tuples, lists or dicts). The recorder calls
-it a second time on the same arguments; results that differ (random draws) are not
-recorded. A function that builds a layer or model is a factory (``record.py``).
+it a second time on the same arguments; results that differ (random draws) are recorded
+with TF's draws where they can be injected (``draws.py``), else with many runs of the results
+that differ, which the replay compares as distributions (``distributions.py``). A function
+that builds a layer or model is a factory (``record.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 import numpy as np
 
 from tern.verify.arrays import Unpackable, pack, unpack, write_case
+from tern.verify.distributions import affordable_runs
 from tern.verify.draws import pack_draws
 from tern.verify.interface import function_defaults
 from tern.verify.probes import judged_leaves, probe_inputs
@@ -58,6 +62,36 @@ def _result_leaves(result: Any) -> list[np.ndarray] | None:
 def _as_arrays(result: Any) -> Any:
     tf = _tf()
     return tf.nest.map_structure(lambda leaf: np.asarray(leaf.numpy()) if isinstance(leaf, tf.Tensor) else leaf, result)
+
+
+def _sample(recorder: Any, fn: Any, args: tuple, kwargs: dict, first: list[np.ndarray], again: list[np.ndarray] | None,
+            seconds_per_call: float) -> dict | None:
+    """A function whose draws cannot be injected, called many more times on the same arguments:
+    ``{"leaves": positions of the results that differed, "runs": [(runs, *shape) per result]}``
+    for the replay to compare as distributions; None when the two calls differ otherwise (a
+    failure, another structure or shape), too few calls are affordable, or a result that
+    differed is not numeric."""
+    if again is None or len(again) != len(first) or any(a.shape != b.shape for a, b in zip(first, again)):
+        return None
+    sampled = [i for i, (a, b) in enumerate(zip(first, again)) if not np.array_equal(a, b, equal_nan=True)]
+    if any(first[i].dtype.kind not in "fiub" for i in sampled):
+        return None
+    runs = affordable_runs(seconds_per_call, [first[i].size for i in sampled])
+    if not runs:
+        return None
+    kept = []
+    recorder.replaying = True
+    try:
+        for _ in range(runs):
+            leaves = _result_leaves(fn(*args, **kwargs))
+            if leaves is None or len(leaves) != len(first) or any(leaves[i].shape != first[i].shape for i in sampled):
+                return None
+            kept.append([leaves[i] for i in sampled])
+    except Exception:  # noqa: BLE001 - the function refused a call of ours
+        return None
+    finally:
+        recorder.replaying = False
+    return {"leaves": sampled, "runs": [np.stack([one[k] for one in kept]) for k in range(len(sampled))]}
 
 
 def _with_draws(recorder: Any, fn: Any, args: tuple, kwargs: dict) -> tuple[Any, list] | None:
@@ -135,6 +169,7 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
     recorder.seen.add(signature)
     origin = {"kind": "function", "module": module, "name": name}
     recorder.replaying = True
+    started = time.perf_counter()
     try:
         with recorder.draw_tape.recording():
             again = _result_leaves(fn(*args, **kwargs))
@@ -142,26 +177,32 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
         again = None
     finally:
         recorder.replaying = False
+    seconds_per_call = time.perf_counter() - started
     # samplers tern cannot inject that gave the same result twice here may not on other inputs
     opaque_draws = recorder.draw_tape.other
     draws: list = []
+    samples = None
     if again is None or len(again) != len(first) or not all(
             a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(first, again)):
         drawn = _with_draws(recorder, fn, args, kwargs)
-        if drawn is None:
+        if drawn is not None:
+            result, draws = drawn
+        elif (samples := _sample(recorder, fn, args, kwargs, first, again, seconds_per_call)) is None:
             recorder.skip(origin, "stochastic: two calls on the same arguments differ")
             return
-        result, draws = drawn
     first_call = target not in recorder.probed_functions
     recorder.probed_functions.add(target)
-    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws and not opaque_draws else []
+    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws and not opaque_draws and not samples else []
     outputs = pack(_as_arrays(result), arrays)
     probes = [{"name": probe, "inputs": pack(floats, arrays), "outputs": pack(_as_arrays(out), arrays),
                "compared": compared, "float_at": float_at} for probe, float_at, floats, out, compared in probes]
     ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
     meta = {"id": ident, "kind": "function", "target": target, "origin": origin, "inputs": inputs,
             "outputs": outputs, "layer": name, **({"probes": probes} if probes else {}),
-            **({"draws": pack_draws(draws, arrays)} if draws else {}), "defaults": function_defaults(fn)}
+            **({"draws": pack_draws(draws, arrays)} if draws else {}),
+            **({"stochastic": samples["leaves"], "samples": {"leaves": samples["leaves"], "runs": pack(samples["runs"], arrays)}}
+               if samples else {}),
+            "defaults": function_defaults(fn)}
     write_case(recorder.out, ident, meta, arrays)
     recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
     recorder.cases.append({"id": ident, "target": target})

@@ -6,9 +6,11 @@ many arrays), then values as for layers (``tolerance.compare``). No gradients: a
 function has no weights, and a wrong derivative shows in the values of the layers and
 training steps that use it.
 
-A function that draws (``tf.random``) is recorded only where TF's two runs agreed; its
-translation takes a ``key`` (rules/structure/drawing_functions.py), and is called with two
-keys that must agree before its result is compared.
+A function that draws (``tf.random``) takes a ``key`` in its translation
+(rules/structure/drawing_functions.py). Where TF's two runs agreed, it is called with two
+keys that must agree before its result is compared; where they differed, it is replayed
+with TF's draws injected, or, for draws tern cannot inject, called as many times as TF was
+and its results that differed compared as distributions (``distributions.py``).
 
 TF computed in the recorded arguments' precision; with x64 off, JAX computes float64
 arguments in float32. A value that fails in float32 is judged again from a call under
@@ -24,6 +26,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, replaced, unpack
+from tern.verify.distributions import ALPHA, SEED, distribution_check
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
@@ -101,12 +104,45 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
             "status": Status.MATCH if all(c["ok"] for c in checks) else Status.MISMATCH}
 
 
+def _replay_sampled(meta: dict, arrays: Any, tolerance: dict | None, result: dict) -> dict:
+    """A function whose results differed between TF calls and whose draws could not be
+    injected: the translation is called as many times as TF was, with keys ``SEED + run``
+    when it takes one, its sampled results compared as distributions (``distributions.py``)
+    and the others value by value."""
+    keyed = needs_key(meta, arrays)
+    keras_runs = unpack(meta["samples"]["runs"], arrays)
+    runs = [[np.asarray(leaf) for leaf in call_function(meta, arrays, SEED + run if keyed else None)]
+            for run in range(len(keras_runs[0]))]
+    want = array_paths(meta["outputs"])
+    if any(len(got) != len(want) for got in runs):
+        return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
+                "message": f"{len(runs[0])} outputs, tensorflow gave {len(want)}"}
+    sampled = meta["samples"]["leaves"]
+    if any(runs[0][leaf].shape != runs[-1][leaf].shape for leaf in sampled):
+        return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
+                "message": "the translation's sampled results change shape between calls, TF's did not"}
+    checks = [compare(path, runs[0][position], arrays[f"a{index}"], tolerance)
+              for position, (path, index) in enumerate(want) if position not in sampled]
+    checks += [distribution_check(want[leaf][0], np.stack([run[leaf] for run in runs]), keras)
+               for leaf, keras in zip(sampled, keras_runs)]
+    note = (f"results {', '.join(want[leaf][0] for leaf in sampled)} differ between TF calls (draws tern cannot "
+            f"inject): compared as distributions over {len(runs)} calls a side"
+            + (" (keys SEED + call)" if keyed else "") + f" (two-sample tests, alpha {ALPHA:g})")
+    if meta.get("defaults"):
+        result["interface"] = default_checks(origin_target(meta["origin"]), meta["defaults"])
+    compared = checks + result.get("interface", [])
+    return {**result, "outputs": checks, "gradients": [], "note": note,
+            "status": Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH}
+
+
 def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
     import jax
 
     result = {"id": meta["id"], "target": meta["target"], "layer": meta["layer"]}
     try:
         key = None
+        if meta.get("samples"):
+            return _replay_sampled(meta, arrays, tolerance, result)
         if needs_key(meta, arrays):
             # TF drew from its global state and two runs agreed, so the draws did not decide the
             # result: the translation must give it under any key; two keys that disagree say otherwise
