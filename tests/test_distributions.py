@@ -67,3 +67,67 @@ def test_the_recorder_takes_what_it_can_afford():
     assert MIN_RUNS <= affordable_runs(0.03, [100]) < RUNS  # a slow call: fewer runs
     assert affordable_runs(1.0, [100]) == 0  # too slow to say anything
     assert affordable_runs(0.001, [10**6]) == 0  # too large to keep
+
+
+NOISY = '''import tensorflow as tf
+
+
+class Noisy(tf.keras.layers.Layer):
+    def __init__(self, stddev=0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.stddev = stddev
+        self.dense = tf.keras.layers.Dense(3)
+
+    def call(self, inputs):
+        return self.dense(inputs) + self.stddev * tf.random.normal([tf.shape(inputs)[0], 3])
+'''
+
+NOISY_TEST = '''import numpy as np
+import tensorflow as tf
+
+from noisy.layers import Noisy
+
+
+class NoisyTest(tf.test.TestCase):
+    def test_shape(self):
+        self.assertEqual(tuple(Noisy()(np.ones((5, 4), "float32")).shape), (5, 3))
+'''
+
+DRAW = 'jax.random.normal(self.make_rng("noise"), [jnp.shape(inputs)[0], 3])'
+
+
+def test_a_translation_drawing_otherwise_is_compared_against_keras_runs_made_on_request(tmp_path):
+    """Keras's normal could be injected, but this translation draws its noise transposed: the
+    draws do not line up, so Keras is run many times on request (``sample_calls.py``) and the
+    noisy output compared as a distribution: equivalent as written, a mismatch with the noise
+    scaled by 1.2 (which the translated test cannot see)."""
+    import json
+    import subprocess
+    import sys
+
+    def tern(*args):
+        return subprocess.run([sys.executable, "-m", "tern", *args], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "noisy").mkdir()
+    (tmp_path / "noisy" / "__init__.py").write_text("")
+    (tmp_path / "noisy" / "layers.py").write_text(NOISY)
+    (tmp_path / "noisy" / "layers_test.py").write_text(NOISY_TEST)
+    assert tern("migrate", "noisy", "--out", "out/noisy", "-q").returncode == 0
+    translated = tmp_path / "out" / "noisy" / "layers.py"
+    text = translated.read_text()
+    assert text.count(DRAW) == 1, text
+    cases = {}
+    for version, scale in (("transposed", ""), ("scaled", " * 1.2")):
+        translated.write_text(text.replace(DRAW, f'jax.random.normal(self.make_rng("noise"), [3, jnp.shape(inputs)[0]]).T{scale}'))
+        proc = tern("verify", "out/noisy", "--daemon", "never", "--json", f"{version}.json")
+        report = json.loads((tmp_path / f"{version}.json").read_text())
+        row = next(r for p in report["packages"] for r in p["rows"] if r["module"] == "noisy.layers")
+        assert row["tests_passed"] == row["tests_total"] == 1, proc.stdout
+        cases[version] = (row["status"], row["cases"][0])
+    status, case = cases["transposed"]
+    assert status == "equivalent", case
+    assert "random draws not injected" in case["note"] and "compared as distributions over 200 runs" in case["note"], case
+    status, case = cases["scaled"]
+    assert status == "mismatch", case
+    assert any(c["name"] == "output (distribution)" and not c["ok"] for c in case["compared"]), case

@@ -68,16 +68,17 @@ def call_kwargs(module: Any, kwargs: dict) -> dict:
 
 
 def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: int = 6144,
-                reference: Path | None = None) -> dict:
+                reference: Path | None = None, samples: Path | None = None) -> dict:
     """The case's result, with why it cannot be searched beyond its probes ("" when it can:
     ``search.searchable``), told here where the recording is read anyway, so a cached run
     decides what to search without reading the recording again."""
     meta, arrays = read_case(directory, name)
-    return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference), "not_searchable": searchable(meta, arrays)}
+    return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
+            "not_searchable": searchable(meta, arrays)}
 
 
 def _replayed(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,
-              reference: Path | None) -> dict:
+              reference: Path | None, samples: Path | None) -> dict:
     if meta.get("kind") == "function":
         return replay_function_case(meta, arrays, tolerance)
     if meta.get("kind") == "config":
@@ -93,31 +94,49 @@ def _replayed(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory
         return _replay_layer(meta, arrays, name, tolerance, memory_mb, reference)
     except DrawsDoNotLineUp as exc:
         jax.clear_caches()
-        return _without_draws(meta, arrays, name, tolerance, memory_mb, str(exc))
+        return _without_draws(meta, arrays, name, tolerance, memory_mb, str(exc), samples)
     finally:
         jax.clear_caches()
 
 
-def _distribution_checks(meta: dict, arrays: Any, call: Any, variables: dict, want_paths: list) -> list[dict]:
+def _distribution_checks(meta: dict, arrays: Any, call: Any, variables: dict, want_paths: list) -> tuple[list[dict], int]:
     """The sampled outputs of a call whose draws could not be injected, the translation's runs
     beside Keras's (``distributions.py``)."""
-    keras_runs = unpack(meta["samples"]["runs"], arrays)
+    if meta.get("keras_runs"):  # made on request for a translation that draws otherwise (``sample_calls.py``)
+        leaves, keras_runs = meta["keras_runs"]["leaves"], meta["keras_runs"]["runs"]
+    else:  # recorded with the call: its draws could not be injected
+        leaves, keras_runs = meta["samples"]["leaves"], unpack(meta["samples"]["runs"], arrays)
     got = call.sample_runs(variables, len(keras_runs[0]), SEED)
-    return [distribution_check(want_paths[leaf][0], got[leaf], want) for leaf, want in zip(meta["samples"]["leaves"], keras_runs)]
+    return [distribution_check(want_paths[leaf][0], got[leaf], want) for leaf, want in zip(leaves, keras_runs)], len(keras_runs[0])
 
 
-def _without_draws(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int, reason: str) -> dict:
+def _without_draws(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int, reason: str,
+                   samples: Path | None) -> dict:
     """A case whose draws the translation does not take as Keras made them: its outputs that
     do not depend on the draws are compared (no gradients: Keras's were taken through all
-    outputs); with none, the case is not compared, and says why."""
+    outputs), and those that do are compared as distributions against Keras's runs
+    (``sample_calls.py``), which the result asks for (``wants_samples``) until it has them;
+    without runs and with nothing else to compare, the case is not compared, and says why."""
     sampled = meta.get("sampled", [])
+    keras_runs = _keras_runs(samples, name)
     note = f"random draws not injected ({reason})"
-    if len(sampled) >= len(array_paths(meta["outputs"])):
+    if keras_runs is None and len(sampled) >= len(array_paths(meta["outputs"])):
         return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
-                "outputs": [], "gradients": [], "note": note + ": every output depends on them, nothing compared"}
-    bare = {**meta, "draws": [], "stochastic": sampled, "cotangents": [None] * len(meta["cotangents"])}
+                "outputs": [], "gradients": [], "note": note + ": every output depends on them, nothing compared",
+                **({"wants_samples": True} if samples is None else {})}
+    bare = {**meta, "draws": [], "stochastic": sampled, "cotangents": [None] * len(meta["cotangents"]),
+            **({"keras_runs": keras_runs} if keras_runs is not None else {})}
     result = _replay_layer(bare, arrays, name, tolerance, memory_mb, None)
-    return {**result, "note": "; ".join(filter(None, [note, result.get("note")]))}
+    return {**result, "note": "; ".join(filter(None, [note, result.get("note")])),
+            **({"wants_samples": True} if samples is None and sampled else {})}
+
+
+def _keras_runs(samples: Path | None, name: str) -> dict | None:
+    """Keras's runs of case ``name`` (``sample_calls.py``), or None when there are none."""
+    if samples is None or not (samples / f"{name}.json").exists():
+        return None
+    meta, arrays = read_case(samples, name)
+    return {"leaves": meta["samples"]["leaves"], "runs": [np.asarray(a) for a in unpack(meta["samples"]["runs"], arrays)]}
 
 
 def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,
@@ -192,12 +211,12 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
                                                      "injected into the translation: every output compared"]))
         if meta.get("stochastic"):
             sampled = ", ".join(want_paths[i][0] for i in meta["stochastic"])
-            if meta.get("samples"):
-                distributions = _distribution_checks(meta, arrays, call, variables, want_paths)
+            if meta.get("samples") or meta.get("keras_runs"):
+                distributions, runs = _distribution_checks(meta, arrays, call, variables, want_paths)
                 result["outputs"] += distributions
-                told = (f"outputs {sampled} differ between Keras runs (draws tern cannot inject): compared as "
-                        f"distributions over {len(unpack(meta['samples']['runs'], arrays)[0])} runs a side "
-                        f"(two-sample Kolmogorov-Smirnov, Bonferroni, alpha {ALPHA:g})")
+                told = (f"outputs {sampled} differ between Keras runs: compared as "
+                        f"distributions over {runs} runs a side "
+                        f"(energy-distance and Kolmogorov-Smirnov tests, alpha {ALPHA:g})")
             else:
                 told = f"outputs {sampled} differ between two Keras runs (sampled): not compared"
             others = len(want_paths) - len(meta["stochastic"])
@@ -446,7 +465,8 @@ def replay_module(payload: dict, scratch: Path) -> dict:
         return {"import_error": _import_failure(), "cases": []}
     memory_mb = payload.get("memory_mb", 6144)
     return {"import_error": "", "cases": [replay_case(Path(c["dir"]), c["id"], c.get("tolerance"), memory_mb,
-                                                      Path(c["reference"]) if c.get("reference") else None)
+                                                      Path(c["reference"]) if c.get("reference") else None,
+                                                      Path(c["samples"]) if c.get("samples") else None)
                                           for c in payload["cases"]]}
 
 

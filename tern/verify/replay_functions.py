@@ -127,7 +127,7 @@ def _replay_sampled(meta: dict, arrays: Any, tolerance: dict | None, result: dic
                for leaf, keras in zip(sampled, keras_runs)]
     note = (f"results {', '.join(want[leaf][0] for leaf in sampled)} differ between TF calls (draws tern cannot "
             f"inject): compared as distributions over {len(runs)} calls a side"
-            + (" (keys SEED + call)" if keyed else "") + f" (two-sample tests, alpha {ALPHA:g})")
+            + (" (keys SEED + call)" if keyed else "") + f" (energy-distance and Kolmogorov-Smirnov tests, alpha {ALPHA:g})")
     if meta.get("defaults"):
         result["interface"] = default_checks(origin_target(meta["origin"]), meta["defaults"])
     compared = checks + result.get("interface", [])

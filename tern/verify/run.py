@@ -144,15 +144,16 @@ class PackageVerifier:
         float32 rounding, are replayed again against a Keras float64 reference (``reference.py``)."""
         path = keys.module_file(jax_root / self.package, self.package, module)
         closure = keys.closure_hash(path, jax_root / self.package, self.package) if path else "missing"  # once: it reads files
-        value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, "", closure)
-        wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get("wants_reference")]
-        reference = await self.reference(recording_dir, wanting) if wanting else ""
-        if reference:
-            again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
-                                                         jax_root, reference, closure)
-            if again is not None and not again.get("import_error"):  # else the first verdict stands
-                judged = {c["id"]: c for c in again["cases"]}
-                value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
+        value, failure, hit = await self._replay_job(module, cases, recording_dir, jax_root, closure)
+        for wants, make in (("wants_reference", self.reference), ("wants_samples", self.samples)):
+            wanting = [c["id"] for c in (value or {}).get("cases", []) if c.get(wants)]
+            made = await make(recording_dir, wanting) if wanting else ""
+            if made:
+                again, _, again_hit = await self._replay_job(module, [c for c in cases if c["id"] in wanting], recording_dir,
+                                                             jax_root, closure, **{wants.removeprefix("wants_"): made})
+                if again is not None and not again.get("import_error"):  # else the first verdict stands
+                    judged = {c["id"]: c for c in again["cases"]}
+                    value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
         if value is None or value.get("import_error"):
             return JobAnswer(value, failure, hit)
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
@@ -160,12 +161,12 @@ class PackageVerifier:
         return JobAnswer(value, failure, hit)
 
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
-                          reference: str, closure: str) -> JobAnswer:
+                          closure: str, reference: str = "", samples: str = "") -> JobAnswer:
         payload_cases = [{"dir": recording_dir, "id": c["id"], "tolerance": self.config.tolerance(c["target"]),
-                          "reference": reference} for c in cases]
+                          "reference": reference, "samples": samples} for c in cases]
         key = keys.digest("replay", self._jax_versions(), keys.tern_fingerprint(), module, closure,
                           [(c["id"], c["tolerance"]) for c in payload_cases], Path(recording_dir).name, self.config.memory_mb,
-                          Path(reference).name if reference else "")
+                          Path(reference).name if reference else "", Path(samples).name if samples else "")
         job = self._job("jax", "tern.verify.tasks:replay_module",
                         {"module": module, "cases": payload_cases, "memory_mb": self.config.memory_mb}, jax_root)
         value, failure, hit = await self._run("replay", key, job)
@@ -174,30 +175,42 @@ class PackageVerifier:
         return JobAnswer(value, failure, hit)
 
     async def reference(self, recording_dir: str, ids: list[str]) -> str:
-        """The directory of the Keras float64 runs of recorded cases ``ids``, or "" when
-        none could be made."""
-        key = keys.digest("reference", keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
+        """The directory of the Keras float64 runs of recorded cases ``ids`` (``reference.py``),
+        or "" when none could be made."""
+        return await self._keras_again("reference", "reference_float64", recording_dir, ids,
+                                       f"Keras in float64 for {len(ids)} case(s) off beyond float32 rounding")
+
+    async def samples(self, recording_dir: str, ids: list[str]) -> str:
+        """The directory of Keras's many runs of recorded cases ``ids`` whose draws the
+        translation did not take (``sample_calls.py``), or "" when none could be made."""
+        return await self._keras_again("samples", "sample_calls", recording_dir, ids,
+                                       f"Keras run many times for {len(ids)} case(s) the translation draws otherwise in")
+
+    async def _keras_again(self, phase: str, task: str, recording_dir: str, ids: list[str], message: str) -> str:
+        """A TF job over recorded cases, its output directory kept beside the recordings and
+        cached by the recording, the cases and tern's code."""
+        key = keys.digest(phase, keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
                           Path(recording_dir).name, sorted(ids), self.config.keras)
         final = self.cache.recordings / key
-        cached = self.cache.get(key, "reference") if final.is_dir() else None
+        cached = self.cache.get(key, phase) if final.is_dir() else None
         if cached is None:
             tf_root = link_root(self.cache.state_dir, self.original, self.package)
             partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
             kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
-            job = self._job(kind, "tern.verify.tasks:reference_float64",
+            job = self._job(kind, f"tern.verify.tasks:{task}",
                             {"dir": recording_dir, "cases": sorted(ids), "keras": self.config.keras}, tf_root, output=str(partial))
-            self.progress(f"{self.package}: Keras in float64 for {len(ids)} case(s) off beyond float32 rounding")
-            self.phases.setdefault("reference", 0.0)
-            cached, failure, _ = await self._run("reference", None, job)
+            self.progress(f"{self.package}: {message}")
+            self.phases.setdefault(phase, 0.0)
+            cached, failure, _ = await self._run(phase, None, job)
             if failure is not None:
                 shutil.rmtree(partial, ignore_errors=True)
                 return ""
             partial.mkdir(parents=True, exist_ok=True)
             try:
                 os.replace(partial, final)
-            except OSError:  # another run made the same reference first
+            except OSError:  # another run made the same output first
                 shutil.rmtree(partial, ignore_errors=True)
-            self.cache.put(key, "reference", cached)
+            self.cache.put(key, phase, cached)
         return str(final) if "ok" in cached["cases"].values() else ""
 
     async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> JobAnswer:

@@ -10,12 +10,13 @@ from tern.verify.junit import run_pytest
 from tern.verify.record import record_tests
 from tern.verify.reference import reference_float64
 from tern.verify.replay import replay_module
+from tern.verify.sample_calls import sample_calls
 from tern.verify.search_keras import search_keras
 from tern.verify.search_replay import search_round
 from tern.verify.step_replay import replay_steps
 
-__all__ = ["record_tests", "reference_float64", "replay_module", "replay_steps", "search_keras", "search_round",
-           "translated_tests"]
+__all__ = ["record_tests", "reference_float64", "replay_module", "replay_steps", "sample_calls", "search_keras",
+           "search_round", "translated_tests"]
 
 
 def translated_tests(payload: dict, scratch: Path) -> dict:
