@@ -12,6 +12,7 @@ reason; a FIFO, device or socket is ``skipped`` with a note and never opened.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import difflib
 import errno
 import functools
@@ -46,7 +47,7 @@ TMP_SUFFIX = ".tern-tmp"  # write_atomic's temporary files: ``.<name>.<random>.t
 class Job:
     rel: str
     source: Path
-    package: PackageInfo
+    package: PackageInfo | None  # None in a pool worker's job: the facts it was started with (``_translate_shared``)
     support_module: str = support_module.SUPPORT_MODULE  # how the file imports the package's support
 
 
@@ -462,9 +463,13 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
     if jobs <= 1 or len(work) <= 1:
         return [one(job) for job in (progress(work, len(work)) if progress else work)]
     before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(),))
+    # The package facts (every module's syntax tree: megabytes) go to each worker once, with
+    # its start (not pickled at all under fork), instead of once per chunk of jobs.
+    package = work[0].package
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(), package))
     try:
-        results = pool.map(translate_file, work, chunksize=max(1, len(work) // (jobs * 4)))
+        shared = [dataclasses.replace(job, package=None) if job.package is package else job for job in work]
+        results = pool.map(_translate_shared, shared, chunksize=max(1, len(work) // (jobs * 4)))
         done = list(progress(results, len(work)) if progress else results)
     except BaseException:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
         pool.shutdown(wait=False, cancel_futures=True)
@@ -481,9 +486,19 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker_start(parent: int) -> None:
+_WORKER_PACKAGE: PackageInfo | None = None  # a pool worker's package facts, given once at its start
+
+
+def _translate_shared(job: Job) -> tuple[FileResult, bytes | None]:
+    """``translate_file`` in a pool worker, on the package facts the worker was started with."""
+    return translate_file(job if job.package is not None else dataclasses.replace(job, package=_WORKER_PACKAGE))
+
+
+def _worker_start(parent: int, package: PackageInfo | None = None) -> None:
     """A pool worker dies with its parent, even a SIGKILLed one (Linux: PR_SET_PDEATHSIG);
     Ctrl-C, which reaches the whole process group, is for the parent to handle."""
+    global _WORKER_PACKAGE
+    _WORKER_PACKAGE = package
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the CLI's process had when it forked
     if sys.platform.startswith("linux"):
