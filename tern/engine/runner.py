@@ -469,15 +469,23 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(), package))
     try:
         shared = [dataclasses.replace(job, package=None) if job.package is package else job for job in work]
-        results = pool.map(_translate_shared, shared, chunksize=max(1, len(work) // (jobs * 4)))
+        # small chunks (16 per worker): files differ in size by 100x, and a worker left with the
+        # last large chunk would keep the other idle; a chunk now carries paths, not the package
+        results = pool.map(_translate_shared, shared, chunksize=max(1, len(work) // (jobs * 16)))
         done = list(progress(results, len(work)) if progress else results)
     except BaseException:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
+        manager = getattr(pool, "_executor_manager_thread", None)  # shutdown(wait=False) forgets it
         pool.shutdown(wait=False, cancel_futures=True)
         workers = set(multiprocessing.active_children()) - before
         for worker in workers:
             worker.terminate()
         for worker in workers:
             worker.join(timeout=5)
+        # the pool's manager thread sees its workers gone and ends; joined here, it cannot race
+        # the interpreter's exit hook for the pool's wake-up pipe (CPython 3.11 then prints an
+        # EBADF traceback at exit)
+        if manager is not None:
+            manager.join(timeout=10)
         raise
     pool.shutdown()
     return done
