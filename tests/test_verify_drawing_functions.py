@@ -37,19 +37,24 @@ def _tern(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tern", *args], cwd=root, capture_output=True, text=True, timeout=1200)
 
 
+def _migrated(root: Path, ops: str, test: str) -> Path:
+    """The package ``draws`` (``ops`` and its test) migrated: the translated ``ops.py``."""
+    (root / "pyproject.toml").write_text("")
+    (root / "draws").mkdir()
+    (root / "draws" / "__init__.py").write_text("")
+    (root / "draws" / "ops.py").write_text(ops)
+    (root / "draws" / "ops_test.py").write_text(test)
+    assert _tern(root, "migrate", "draws", "--out", "out/draws", "-q").returncode == 0
+    return root / "out" / "draws" / "ops.py"
+
+
 def _row(root: Path) -> dict:
     report = json.loads((root / "r.json").read_text())
     return next(r for p in report["packages"] for r in p["rows"] if r["module"] == "draws.ops")
 
 
 def test_a_drawing_function_replays_under_two_keys_and_a_key_dependent_translation_is_caught(tmp_path):
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "draws").mkdir()
-    (tmp_path / "draws" / "__init__.py").write_text("")
-    (tmp_path / "draws" / "ops.py").write_text(OPS)
-    (tmp_path / "draws" / "ops_test.py").write_text(OPS_TEST)
-    assert _tern(tmp_path, "migrate", "draws", "--out", "out/draws", "-q").returncode == 0
-    translated = tmp_path / "out" / "draws" / "ops.py"
+    translated = _migrated(tmp_path, OPS, OPS_TEST)
     assert "key" in translated.read_text()
 
     proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
@@ -95,13 +100,7 @@ class DropTokensTest(tf.test.TestCase):
 def test_a_function_drawing_integers_is_compared_as_a_distribution_and_a_wrong_rate_is_caught(tmp_path):
     """Integer draws cannot be injected: TF's calls are kept by the hundred and the
     translation's, under as many keys, must come from the same distribution."""
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "draws").mkdir()
-    (tmp_path / "draws" / "__init__.py").write_text("")
-    (tmp_path / "draws" / "ops.py").write_text(SAMPLED)
-    (tmp_path / "draws" / "ops_test.py").write_text(SAMPLED_TEST)
-    assert _tern(tmp_path, "migrate", "draws", "--out", "out/draws", "-q").returncode == 0
-    translated = tmp_path / "out" / "draws" / "ops.py"
+    translated = _migrated(tmp_path, SAMPLED, SAMPLED_TEST)
 
     proc = _tern(tmp_path, "verify", "out/draws", "--daemon", "never", "--json", "r.json")
     row = _row(tmp_path)

@@ -34,17 +34,29 @@ def reference_float64(payload: dict, scratch: Path) -> dict:
     """Task: ``payload["cases"]`` (ids in the recording ``payload["dir"]``) run again in
     float64, each written to ``scratch / OUTPUT`` under its id. Returns, per id, "ok" or
     why there is no reference."""
+    def wide(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
+        with float64_policy(payload.get("keras", "keras3")):
+            return _reference(meta, arrays)
+
+    return per_case(payload, scratch, wide)
+
+
+def per_case(payload: dict, scratch: Path, make: Any) -> dict:
+    """Each recorded case of ``payload["cases"]`` (ids in ``payload["dir"]``) given to ``make``
+    (with TF's unordered ops sorted), its ``(meta, arrays)`` written to ``scratch / OUTPUT``
+    under its id: ``{"cases": {id: "ok" or why not}}``. A case that fails leaves the verdict
+    made without it standing."""
     directory, out = Path(payload["dir"]), scratch / OUTPUT
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for ident in payload["cases"]:
         try:
             meta, arrays = read_case(directory, ident)
-            with float64_policy(payload.get("keras", "keras3")), sorted_orders():
-                ref_meta, ref_arrays = _reference(meta, arrays)
-            write_case(out, ident, ref_meta, ref_arrays)
+            with sorted_orders():
+                made_meta, made_arrays = make(meta, arrays)
+            write_case(out, ident, made_meta, made_arrays)
             results[ident] = "ok"
-        except Exception:  # noqa: BLE001 - no reference: the float32 verdict stands
+        except Exception:  # noqa: BLE001 - nothing made for this case: the first verdict stands
             results[ident] = traceback.format_exc(limit=2).strip().splitlines()[-1][:300]
     return {"cases": results}
 

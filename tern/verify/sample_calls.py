@@ -14,17 +14,14 @@ no runs; the reason comes back with the result.
 from __future__ import annotations
 
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import array_paths, pack, read_case, write_case
+from tern.verify.arrays import array_paths, pack
 from tern.verify.distributions import affordable_runs
-from tern.verify.reference import rebuilt_layer
-from tern.verify.tf_orders import sorted_orders
+from tern.verify.reference import per_case, rebuilt_layer
 from tern.weights.port import variable_path
 
 
@@ -32,19 +29,7 @@ def sample_calls(payload: dict, scratch: Path) -> dict:
     """Task: ``payload["cases"]`` (ids in the recording ``payload["dir"]``) run many times,
     each written to ``scratch / OUTPUT`` under its id as ``{"samples": {"leaves", "runs"}}``.
     Returns, per id, "ok" or why there are no runs."""
-    directory, out = Path(payload["dir"]), scratch / OUTPUT
-    out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for ident in payload["cases"]:
-        try:
-            meta, arrays = read_case(directory, ident)
-            with sorted_orders():
-                samples_meta, samples_arrays = _runs(meta, arrays)
-            write_case(out, ident, samples_meta, samples_arrays)
-            results[ident] = "ok"
-        except Exception:  # noqa: BLE001 - no runs: the sampled outputs stay uncompared
-            results[ident] = traceback.format_exc(limit=2).strip().splitlines()[-1][:300]
-    return {"cases": results}
+    return per_case(payload, scratch, _runs)  # a case without runs: its sampled outputs stay uncompared
 
 
 def _runs(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
