@@ -1,6 +1,10 @@
 """The distribution comparison of sampled outputs (tern/verify/distributions.py): calibrated
 on draws that agree, and able to tell the differences translations make."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -101,10 +105,6 @@ def test_a_translation_drawing_otherwise_is_compared_against_keras_runs_made_on_
     draws do not line up, so Keras is run many times on request (``sample_calls.py``) and the
     noisy output compared as a distribution: equivalent as written, a mismatch with the noise
     scaled by 1.2 (which the translated test cannot see)."""
-    import json
-    import subprocess
-    import sys
-
     def tern(*args):
         return subprocess.run([sys.executable, "-m", "tern", *args], cwd=tmp_path, capture_output=True, text=True, timeout=1200)
 

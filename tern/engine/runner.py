@@ -468,7 +468,7 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
     package = work[0].package
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(), package))
     try:
-        shared = [dataclasses.replace(job, package=None) if job.package is package else job for job in work]
+        shared = [dataclasses.replace(job, package=None) for job in work]  # one package: ``migrate``'s
         # small chunks (16 per worker): files differ in size by 100x, and a worker left with the
         # last large chunk would keep the other idle; a chunk now carries paths, not the package
         results = pool.map(_translate_shared, shared, chunksize=max(1, len(work) // (jobs * 16)))
@@ -499,7 +499,7 @@ _WORKER_PACKAGE: PackageInfo | None = None  # a pool worker's package facts, giv
 
 def _translate_shared(job: Job) -> tuple[FileResult, bytes | None]:
     """``translate_file`` in a pool worker, on the package facts the worker was started with."""
-    return translate_file(job if job.package is not None else dataclasses.replace(job, package=_WORKER_PACKAGE))
+    return translate_file(dataclasses.replace(job, package=_WORKER_PACKAGE))
 
 
 def _worker_start(parent: int, package: PackageInfo | None = None) -> None:

@@ -118,7 +118,7 @@ def _replay_sampled(meta: dict, arrays: Any, tolerance: dict | None, result: dic
         return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                 "message": f"{len(runs[0])} outputs, tensorflow gave {len(want)}"}
     sampled = meta["samples"]["leaves"]
-    if any(runs[0][leaf].shape != runs[-1][leaf].shape for leaf in sampled):
+    if any(len({run[leaf].shape for run in runs}) > 1 for leaf in sampled):
         return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                 "message": "the translation's sampled results change shape between calls, TF's did not"}
     checks = [compare(path, runs[0][position], arrays[f"a{index}"], tolerance)
