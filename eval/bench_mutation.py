@@ -23,6 +23,10 @@ served from the cache:
 * killed: some module's status became mismatch or error (which check: replay, train, tests);
 * survived: every module kept its status: a bug verification let through.
 
+Mutants examined by hand and judged unable to change behaviour (``mutation_equivalent.toml``,
+each with its reason: a ``<`` against ``<=`` on a continuous random draw) are run and listed
+apart, outside the rate.
+
 The sample is drawn before reachability is known, so runs of two versions of tern compare
 the same mutants. Prints the kill rate (killed / reached), per operator and per fixture, then every survivor.
 A report, not a test: exits 0.
@@ -237,6 +241,20 @@ async def run(args, names: list[str], project: Path) -> tuple[list[Planted], dic
     return chosen + unreached, baselines
 
 
+def judged_equivalent() -> list[dict]:
+    """The hand-examined mutants that cannot change behaviour (``mutation_equivalent.toml``)."""
+    return tomllib.loads((ROOT / "eval" / "mutation_equivalent.toml").read_text())["mutant"]
+
+
+def equivalence(p: Planted, judged: list[dict]) -> str:
+    """Why ``p`` cannot change behaviour, if it was judged so by hand ("" otherwise)."""
+    for entry in judged:
+        if ((entry["fixture"], entry["file"], entry["line"]) == (p.fixture, p.file, p.line)
+                and p.description.startswith(entry["description"])):
+            return " ".join(entry["reason"].split())
+    return ""
+
+
 def rate(counter: collections.Counter) -> str:
     reached = counter["killed"] + counter["survived"]
     share = f"{100 * counter['killed'] / reached:5.1f}%" if reached else "    -"
@@ -244,12 +262,14 @@ def rate(counter: collections.Counter) -> str:
 
 
 def print_report(results: list[Planted], baselines: dict[str, Baseline], seconds: float) -> None:
-    ran = [p for p in results if p.outcome in {"killed", "survived"}]
+    judged = judged_equivalent()
+    apart = [p for p in results if p.outcome in {"killed", "survived"} and equivalence(p, judged)]
+    ran = [p for p in results if p.outcome in {"killed", "survived"} and not equivalence(p, judged)]
     unreached = [p for p in results if p.outcome == "not reached"]
     total = collections.Counter(p.outcome for p in ran)
     print(f"\nfixtures: {len(baselines)} ({', '.join(baselines)})")
     print(f"mutants sampled: {len(results)}; not reached by any replay or test (not run, not counted): {len(unreached)}; "
-          f"run: {len(ran)}")
+          f"run: {len(ran) + len(apart)}; judged equivalent by hand (run, not counted): {len(apart)}")
     print(f"kill rate: {rate(total).split()[-1]} ({total['killed']} killed, {total['survived']} survived); "
           f"{seconds:.0f} s, {sum(p.seconds for p in ran) / max(len(ran), 1):.1f} s per mutant")
     for title, key in (("operator", lambda p: p.operator), ("fixture", lambda p: p.fixture),
@@ -264,6 +284,11 @@ def print_report(results: list[Planted], baselines: dict[str, Baseline], seconds
     print(f"\nsurvivors ({len(survivors)}):")
     for p in sorted(survivors, key=lambda p: (p.fixture, p.file, p.line)):
         print(f"  {p.fixture}/{p.file}:{p.line} {p.operator}: {p.description}")
+    if apart:
+        print(f"\njudged equivalent by hand ({len(apart)}; eval/mutation_equivalent.toml):")
+        for p in sorted(apart, key=lambda p: (p.fixture, p.file, p.line)):
+            print(f"  {p.outcome:8} {p.fixture}/{p.file}:{p.line} {p.operator}: {p.description}\n"
+                  f"           {equivalence(p, judged)}")
 
 
 def _key(mutant: dict) -> tuple:

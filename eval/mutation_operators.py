@@ -6,7 +6,8 @@ a square root, ...). ``mutants(source)`` lists every mutant of a module's source
 operator, the lines it touches and a short description; applying one is
 ``module.deep_replace(old, new)``, so the rest of the file stays byte for byte.
 
-Not mutated: annotations, decorators, imports, ``typing.X[...]``, and module-level dict
+Not mutated: annotations, decorators, imports, ``typing.X[...]``, the defaults of parameters
+the function never reads, and module-level dict
 literals (lookup tables: their line runs at import whichever entry is used, so whether a
 mutant there is reached cannot be told from the lines run).
 """
@@ -139,8 +140,10 @@ class _Finder(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node.name.value)
+        read = {n.value for n in _names(node.body)}
         for param in [*node.params.params, *node.params.kwonly_params]:
-            self._default(param, param.default, lambda new, p=param: p.with_changes(default=new))
+            if param.name.value in read:  # a default the body never reads (``training`` of a layer without a mode) is no bug
+                self._default(param, param.default, lambda new, p=param: p.with_changes(default=new))
 
     def leave_FunctionDef(self, node) -> None:
         self.functions.pop()
@@ -276,6 +279,17 @@ class _Finder(cst.CSTVisitor):
     def _names_mode(node) -> bool:
         return isinstance(node, cst.Name) and node.value in MODE_KEYWORDS or \
             isinstance(node, cst.Attribute) and node.attr.value in MODE_KEYWORDS
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+    node.visit(_Collect())
+    return found
 
 
 def _negated(value: cst.BaseExpression) -> cst.BaseExpression:

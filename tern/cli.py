@@ -14,8 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tern.engine.report import RunReport
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Migrate TensorFlow/Keras code and its tests to JAX/Flax.")
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, emoji=False)  # user names such as `module:train:` are never emoji codes
+out = Console(emoji=False)
 
 
 @app.callback()

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 
 from tern.evaluation.score import CaseResult, Translation, score
@@ -29,6 +30,7 @@ from tern.verify.cache import Cache
 from tern.verify.config import ConfigError, VerifyConfig, load_config
 from tern.verify.report import ModuleRow, PackageReport, to_markdown
 from tern.verify.run import PackageVerifier, link_root
+from tern.verify.passes import MAX_BYTES, RecordingPasses, ReplayedPasses
 from tern.verify.step_find import find_steps
 from tern.verify.step_objects import NotRenderable, render
 
@@ -74,9 +76,14 @@ def wrong(project, right):
     return verify(project, "wrong")
 
 
+def target(package: dict, function: str) -> dict:
+    return next(item for item in package["training"]["steps"] if item["function"] == function)
+
+
 def sessions(package: dict) -> dict[str, dict]:
-    """Compared sessions by optimizer class, ``+draws`` for the one that drew (the dropout model)."""
-    (step,) = package["training"]["steps"]
+    """The step's compared sessions by optimizer class, ``+draws`` for the one that drew (the dropout model)."""
+    step = target(package, "train_step")
+    assert {item["function"] for item in package["training"]["steps"]} == {"train_step", "train"}
     return {s["optimizer"].split("(")[0].rsplit(".", 1)[-1] + ("+draws" if "draws injected" in s.get("note", "") else ""): s
             for s in step["sessions"]}
 
@@ -101,14 +108,19 @@ def test_the_translated_step_trains_like_the_original(right):
         assert session["status"] == "equivalent" and session["compared"] == session["steps"] == 3
         assert (session["rtol"], session["atol"]) == (1e-5, 1e-6)
         assert session["loss"]["max_abs"] <= 1e-5 and session["params"]["max_abs"] <= 1e-5
+    (loop,) = target(package, "train")["sessions"]  # the package's own loop, replayed as one call: 2 updates
+    assert loop["status"] == "equivalent" and loop["loop"] and loop["updates"] == 2
+    assert loop["batches"] == "the test's first call (its own steps inside)"
+    assert (loop["rtol"], loop["atol"]) == (2e-5, 2e-6)  # the per-step tolerance x its 2 updates
     train = row(package, "steps_pkg.train")
-    assert train["status"] == "equivalent" and train["train_matched"] == train["train_total"] == 3
+    assert train["status"] == "equivalent" and train["train_matched"] == train["train_total"] == 4
     assert "training equivalent, 3/3 steps compared" in proc.stdout and proc.returncode == 0
+    assert "steps_pkg.train:train: training equivalent, loop compared after its 2 updates" in proc.stdout
 
 
 def test_an_optimizer_that_already_stepped_is_not_compared(right):
     _, package = right
-    reasons = package["training"]["steps"][0]["not_compared"]
+    reasons = target(package, "train_step")["not_compared"]
     assert reasons == {"the optimizer had already taken 1 step(s) at the first call seen (iterations = 1)": 1}
 
 
@@ -116,7 +128,10 @@ def test_a_wrong_step_is_named_by_its_first_divergent_step_and_parameter(wrong):
     proc, package = wrong
     assert package["training"]["status"] == "mismatch" and proc.returncode == 1
     train = row(package, "steps_pkg.train")
-    assert train["status"] == "mismatch" and train["train_matched"] == 0 and train["train_total"] == 3
+    assert train["status"] == "mismatch" and train["train_matched"] == 0 and train["train_total"] == 4
+    (loop,) = target(package, "train")["sessions"]  # the loop returns the losses of the wrong step
+    assert loop["status"] == "mismatch" and loop["divergence"]["returned"]["name"] == "returned value[0]"
+    assert "mismatch: training step steps_pkg.train:train: after the loop's 2 updates" in proc.stdout
     for session in sessions(package).values():
         divergence = session["divergence"]
         assert session["status"] == "mismatch" and divergence["step"] == 1
@@ -183,6 +198,7 @@ def test_the_live_migrate_output_trains_like_the_original(project, right):
     proc, package = verify(project, "migrated")
     assert package["training"]["status"] == "equivalent", proc.stdout
     assert {s["status"] for s in sessions(package).values()} == {"equivalent"} and len(sessions(package)) == 3
+    assert [s["status"] for s in target(package, "train")["sessions"]] == ["equivalent"]
 
 
 # -- without the sandbox ----------------------------------------------------------------
@@ -190,15 +206,20 @@ def test_the_live_migrate_output_trains_like_the_original(project, right):
 
 def test_steps_are_the_functions_tern_translates_as_steps():
     source = (ORIGINAL / "train.py").read_text()
-    (step,) = find_steps(source)
+    step, loop = find_steps(source)
     assert (step.name, step.model, step.optimizer, step.unsupported) == ("train_step", "model", "optimizer", "")
     assert step.params == ("model", "optimizer", "loss_fn", "x", "y")
-    assert step.pairs == (("model", "optimizer"),) and not step.draws
+    assert step.pairs == (("model", "optimizer"),) and not step.draws and not step.loop
+    # the loop around it: replayed as one call; its batches are only iterated, so a list can stand in for them
+    assert (loop.name, loop.loop, loop.pairs, loop.iterated) == ("train", True, (("model", "optimizer"),), ("batches",))
     gan = (ROOT / "fixtures" / "tf" / "train_wgan_gp" / "train.py").read_text()
-    (multi,) = find_steps(gan)  # two train states; its draws, in the step and in gradient_penalty, are found
+    multi, gan_loop = find_steps(gan)  # two train states; its draws, in the step and in gradient_penalty, are found
     assert multi.unsupported == "" and multi.draws
     assert multi.pairs == (("generator", "generator_optimizer"), ("critic", "critic_optimizer"))
-    (quiet,) = find_steps(gan.replace("tf.random.uniform([batch_size, 1], 0.0, 1.0)", "0.5").replace(
+    assert gan_loop.loop and gan_loop.pairs == multi.pairs and gan_loop.draws and gan_loop.iterated == ("dataset",)
+    taken = gan.replace("for real in dataset:", "for real in dataset.take(8):")
+    assert "dataset.take(8)" in taken and find_steps(taken)[1].iterated == ()  # a method call on it: a list would not do
+    quiet, _ = find_steps(gan.replace("tf.random.uniform([batch_size, 1], 0.0, 1.0)", "0.5").replace(
         "tf.random.normal([batch_size, LATENT_DIM])", "tf.ones([batch_size, LATENT_DIM])"))
     assert not quiet.draws
     (left,) = find_steps(gan.replace("critic_optimizer.apply_gradients(zip(c_grads, critic.trainable_variables))",
@@ -206,6 +227,30 @@ def test_steps_are_the_functions_tern_translates_as_steps():
     assert left.unsupported == ("tern leaves this step as written: a model updated by two optimizers, or an optimizer "
                                 "updating two models: not translated")
     assert find_steps("def f(model, x):\n    return model(x)\n") == []
+
+
+class _Reshuffled:
+    """A dataset in the way a reshuffling tf.data pipeline is one: every pass another order."""
+
+    def __init__(self, n: int):
+        self.n, self.passes = n, 0
+
+    def __iter__(self):
+        self.passes += 1
+        order = np.random.default_rng(self.passes).permutation(self.n)
+        return iter([(np.float32(i), np.int32(i % 2)) for i in order])
+
+
+def test_a_loops_dataset_is_recorded_pass_by_pass_and_replayed_in_that_order():
+    recording = RecordingPasses(_Reshuffled(6), to_numpy=lambda e: e, nbytes=lambda e: 8)
+    seen = [list(recording) for _ in range(3)]  # the loop sees the dataset's own elements
+    assert seen[0] != seen[1] and recording.passes == seen and not recording.overflow
+    replayed = ReplayedPasses(recording.passes, lambda e: (float(e[0]), int(e[1])))
+    assert [list(replayed) for _ in range(3)] == [[(float(x), int(y)) for x, y in p] for p in seen]
+    with pytest.raises(RuntimeError, match="iterates its dataset a 4th time; the original made 3 pass"):
+        iter(replayed)
+    big = RecordingPasses(_Reshuffled(6), to_numpy=lambda e: e, nbytes=lambda e: MAX_BYTES // 4)
+    assert len(list(big)) == 6 and big.overflow  # past the cap: still every element for the loop, nothing claimed
 
 
 def test_keras_objects_render_from_their_non_default_config():

@@ -104,6 +104,14 @@ def test_training_steps_are_replayed_with_frozen_layers_and_fit_is_reported(firs
              for s in (package.get("training") or {}).get("steps", [])}
     finetune = steps[("train_transformer_finetune.finetune", "finetune_step")]
     assert finetune["status"] == "equivalent" and len(finetune["sessions"]) == 2  # the test froze the body first
+    # epoch loops, replayed as one call on the passes the original made over its (reshuffled) dataset
+    for module, function, updates in (("train_custom_loop.train", "train", 16), ("train_wgan_gp.train", "train", 60),
+                                      ("train_schedule_clipping.train", "train", 24),
+                                      ("train_transformer_finetune.finetune", "finetune", 20)):  # makes its optimizer
+        loops = [s for s in steps[(module, function)]["sessions"] if s.get("loop")]
+        assert loops and all(s["status"] == "equivalent" for s in loops), (module, loops)
+        assert max(s["updates"] for s in loops) == updates
+    assert "draws injected" in steps[("train_wgan_gp.train", "train")]["sessions"][0]["note"]
     fit = steps[("train_classifier_fit.model", "Sequential.fit")]
     assert fit["status"] == "not compared" and "KerasTrainer" in next(iter(fit["not_compared"]))
 
@@ -431,6 +439,14 @@ PLANTED = [
     ("sampling_heads", "heads.py", 'jax.random.categorical(self.make_rng("noise"), logits,',
      'jax.random.categorical(self.make_rng("noise"), logits * 1.5,',
      'jax.random.categorical(jax.random.fold_in(self.make_rng("noise"), 1), logits,'),
+    # an epoch loop's metric never reset, over a reshuffled dataset: its tests only see the loss fall; the loop is
+    # replayed as one call on the batches each pass gave the original; a fresh metric per epoch is the same thing
+    ("train_custom_loop", "train.py", "        loss_tracker.reset_state()", "        pass",
+     '        loss_tracker = KerasMean(name="loss")'),
+    # the weight decay of the optimizer a fine-tuning loop makes itself: the loop is replayed, its optimizer its own
+    ("train_transformer_finetune", "finetune.py", "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=1e-2)",
+     "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=0.015)",
+     "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=0.01)"),
     # a constructor default every test passes explicitly: compared with the Keras class's
     ("transformer_encoder", "layers.py", "embed_dim: int = 32", "embed_dim: int = 33", "embed_dim: int = 2 * 16"),
 ]
@@ -458,7 +474,7 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     for name, file, *_ in PLANTED:
         row = found[f"{name}.{file.removesuffix('.py')}"]
         assert row["status"] == "mismatch" and row["tests_failed"] == 0, (name, row["problems"], proc.stdout)
-        assert any(p.startswith("mismatch: ") and " case " in p for p in row["problems"]), row["problems"]
+        assert any(p.startswith("mismatch: ") and (" case " in p or "training step" in p) for p in row["problems"]), row["problems"]
     assert any("newton_sqrt" in p for p in found["control_flow.ops"]["problems"])
     cases = found["resnet_block.model"]["cases"]  # the tests' own calls (inference) agree, the training-mode one not
     assert {c["status"] for c in cases} == {"match", "mismatch"}, cases
@@ -472,7 +488,9 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     found = rows(json.loads(report_path.read_text()))
     for name, file, *_ in PLANTED:
         row = found[f"{name}.{file.removesuffix('.py')}"]
-        assert row["status"] == "equivalent" and row["cases_matched"] == row["cases_total"] > 0, (name, row["problems"])
+        compared = (row["cases_matched"], row["train_matched"])
+        assert row["status"] == "equivalent" and compared == (row["cases_total"], row["train_total"]) and sum(compared) > 0, (
+            name, row["problems"])
     assert proc.returncode == 0, proc.stdout
 
 

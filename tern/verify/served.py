@@ -42,7 +42,7 @@ def client_console(spec: dict[str, Any], stream: str) -> tuple[Console, _Stream]
     process's own terminal, so the client's probe (``size``) stands in for it."""
     env = {k: v for k, v in (spec.get("env") or {}).items() if k in CONSOLE_ENV and isinstance(v, str)}
     buffer = _Stream(bool(spec.get(stream)))
-    console = Console(file=buffer, _environ=env)
+    console = Console(file=buffer, _environ=env, emoji=False)
     size = spec.get("size")
     if size and not console.is_dumb_terminal:
         width = int(env["COLUMNS"]) if env.get("COLUMNS", "").isdigit() else size[0]

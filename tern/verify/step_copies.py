@@ -22,12 +22,14 @@ import hashlib
 import importlib
 import inspect
 import json
+import sys
 from typing import Any
 
 import numpy as np
 
 from tern.verify.arrays import pack, shift, unpack
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
+from tern.verify.passes import ReplayedPasses
 from tern.verify.port import keras_units
 from tern.verify.step_objects import rebuild_problem
 
@@ -54,7 +56,7 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
         return "the test's own first step raised"
     several = len(session.roles) > 1
     sources = [(f"optimizer {role.optimizer_param!r}" if several else "optimizer", role.optimizer_source,
-                role.optimizer_config) for role in session.roles]
+                role.optimizer_config) for role in session.roles if role.optimizer is not None]
     sources += [(f"argument {name!r}", entry["__keras_loss__"], entry["config"])
                 for packed in session.packed for name, entry in packed.items() if "__keras_loss__" in entry]
     for what, source, config in sources:
@@ -62,7 +64,9 @@ def run_session(session: Any, steps: int) -> tuple[dict, list[np.ndarray]] | str
         if problem:
             return f"{what}: {problem}"
     made = len(session.calls)
-    if made >= steps:
+    if session.step.loop:
+        indices, batches = [0], "the test's first call (its own steps inside)"
+    elif made >= steps:
         indices, batches = list(range(steps)), f"calls 1-{steps} of the test"
     else:
         indices, batches = [0] * steps, f"call 1's arguments repeated {steps} times (the test made {made} call(s))"
@@ -146,6 +150,9 @@ def _copies(session: Any) -> list[tuple[Any, Any]] | str:
             variable.trainable = flag
         for variable, value in zip(weights, role.weights):
             variable.assign(value)
+        if role.optimizer is None:  # a loop that makes its own
+            made.append((copy, None))
+            continue
         optimizer = type(role.optimizer).from_config(dict(role.optimizer_config))
         optimizer.build(copy.trainable_variables)
         made.append((copy, optimizer))
@@ -154,7 +161,8 @@ def _copies(session: Any) -> list[tuple[Any, Any]] | str:
 
 def _trajectory(session: Any, indices: list[int], capture: bool, draws: list | None = None) -> tuple[list | str, Any, list]:
     """Per step: (returned value, per role the weights in ``model.weights`` order, per role the
-    weights as units); the models' first inputs when ``capture``; and the draws per step.
+    weights as units, optimizer updates so far); the models' first inputs when ``capture``; and
+    the draws per step.
 
     ``draws``: None, the step runs as the test ran it; ``[]``, it runs eagerly with TF's draws
     recorded (``draws.py``), into the third value; a list per step, those draws handed back."""
@@ -166,16 +174,22 @@ def _trajectory(session: Any, indices: list[int], capture: bool, draws: list | N
     undo = _watch_first_calls([model for model, _ in copies], inputs) if capture else (lambda: None)
     out, drawn = [], []
     tape = DrawTape()
+    made: list[Any] = [optimizer for _, optimizer in copies if optimizer is not None]
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_optimizers_made(made))  # a loop that makes its own: its updates count too
             if draws is not None:
                 stack.enter_context(tape.installed())
                 stack.enter_context(_eagerly())
             for t, i in enumerate(indices):
                 call = session.calls[i]
                 arguments = dict(call.arguments)
+                for name, recorded in getattr(session, "passes", {}).items():  # a loop's dataset: the test's passes
+                    arguments[name] = ReplayedPasses(recorded.passes, _as_tensors)
                 for role, (model, optimizer) in zip(session.roles, copies):
-                    arguments[role.model_param], arguments[role.optimizer_param] = model, optimizer
+                    arguments[role.model_param] = model
+                    if optimizer is not None:
+                        arguments[role.optimizer_param] = optimizer
                 bound = inspect.BoundArguments(call.signature, arguments)
                 if draws is None:
                     result = session.inner(*bound.args, **bound.kwargs)
@@ -197,13 +211,47 @@ def _trajectory(session: Any, indices: list[int], capture: bool, draws: list | N
                 undo()
                 out.append((tf.nest.map_structure(as_numpy, result),
                             [[np.array(v.numpy()) for v in model.weights] for model, _ in copies],
-                            [keras_units(model) for model, _ in copies]))
+                            [keras_units(model) for model, _ in copies],
+                            max((int(np.asarray(optimizer.iterations)) for optimizer in made), default=0)))
     finally:
         undo()
     if capture and len(inputs) < len(copies):
         missing = next(role.model_param for i, role in enumerate(session.roles) if i not in inputs)
         return f"the step never called the model {missing!r}", None, []
     return out, [inputs[i] for i in range(len(copies))] if capture else None, drawn
+
+
+@contextlib.contextmanager
+def _optimizers_made(into: list):
+    """Every Keras optimizer constructed meanwhile (Keras 3's, or legacy ``tf_keras``'s when the
+    package uses it), appended to ``into``."""
+    bases = []
+    for module, name in (("keras.src.optimizers.base_optimizer", "BaseOptimizer"),
+                         ("tf_keras.src.optimizers.optimizer", "Optimizer")):
+        if module.split(".")[0] in sys.modules:
+            with contextlib.suppress(ImportError, AttributeError):
+                bases.append(getattr(importlib.import_module(module), name))
+
+    def counting(original: Any) -> Any:
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            into.append(self)
+
+        return __init__
+
+    originals = [(base, base.__dict__["__init__"]) for base in bases if "__init__" in base.__dict__]
+    for base, original in originals:
+        base.__init__ = counting(original)
+    try:
+        yield
+    finally:
+        for base, original in originals:
+            base.__init__ = original
+
+
+def _as_tensors(element: Any) -> Any:
+    """A recorded dataset element as the tensors the dataset yielded."""
+    return _tf().nest.map_structure(_tf().constant, element)
 
 
 @contextlib.contextmanager
@@ -236,15 +284,18 @@ def _case(session: Any, indices: list[int], batches: str, trajectory: list, inpu
                 arrays.extend(entry["arrays"])
         calls.append(call)
     after = [{"result": pack(result, arrays, as_numpy), "units": [units(role_units) for role_units in step_units]}
-             for result, _, step_units in trajectory]
+             for result, _, step_units, _ in trajectory]
     roles = [{"model_param": role.model_param, "optimizer_param": role.optimizer_param, "origin": role.origin,
               "optimizer": role.optimizer_source, "model_inputs": pack(model_inputs, arrays, as_numpy),
               "units": units(role.units), "name_units": units(role.name_units), "keras_names": role.names,
               "keras_trainable": list(role.trainable)} for role, model_inputs in zip(session.roles, inputs)]
     meta = {
         "target": session.target, "function": session.step.name, "params": list(session.step.params),
-        "origin": session.origin, "optimizer": " + ".join(role.optimizer_source for role in session.roles),
+        "origin": session.origin,
+        "optimizer": " + ".join(role.optimizer_source or "an optimizer the loop makes" for role in session.roles),
         "steps": len(indices), "batches": batches, "calls": calls, "roles": roles, "after": after,
+        "loop": session.step.loop,
+        "updates": trajectory[-1][3],  # optimizer updates in all (a loop's own steps), which scale its tolerance
     }
     if draws is not None:
         meta["draws"] = [pack_draws(step_draws, arrays) for step_draws in draws]
@@ -258,7 +309,7 @@ def _case(session: Any, indices: list[int], batches: str, trajectory: list, inpu
 def _first_difference(session: Any, step: tuple, result: Any, weights: list[list[np.ndarray]], exact: bool) -> str:
     """The first returned value or weight of ``step`` that differs from ``result``/``weights`` (per role)."""
     tf = _tf()
-    got_result, got_weights, _ = step
+    got_result, got_weights = step[0], step[1]
 
     def differ(a: Any, b: Any) -> bool:
         a, b = np.asarray(a), np.asarray(b)

@@ -9,6 +9,14 @@ calls. A step over several (model, optimizer) pairs (a GAN's generator and criti
 ``(*states, original_return)``. A function that looks like a step but that tern leaves as
 written (a nested tape) is found too, with tern's reason: it is reported as not compared
 instead of silently ignored.
+
+A *loop* (a threader, ``train_steps.py``: an epoch driver that hands its model and optimizer
+to a step and returns, say, a Python history) is replayed the same way, as one call: its
+translation takes the state too and returns ``(state, what it returned)``. Its parameters
+used only as the iterable of a ``for`` (a dataset of batches) are listed in ``iterated``: the
+recorder hands the translation the batches each pass gave the original (``passes.py``). A
+loop that makes its optimizer itself (``optimizer = make_optimizer()``, ``builds``) gets a
+state whose optimizer it replaces (``state.with_optimizer``).
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ class Step:
     pairs: tuple[tuple[str, str], ...] = ()
     #: the step calls a ``*.random.*`` sampler, itself or through the module's functions it calls
     draws: bool = False
+    #: a loop around steps (an epoch driver), replayed as one call, not per step
+    loop: bool = False
+    #: parameters read only as the iterable of a ``for`` loop or comprehension
+    iterated: tuple[str, ...] = ()
+    #: a loop that makes its optimizer itself (``optimizer`` is a local, not a parameter)
+    builds: bool = False
 
 
 def _params(fn: ast.FunctionDef) -> tuple[str, ...]:
@@ -62,6 +76,10 @@ def find_steps(source: str) -> list[Step]:
         elif sig is not None and sig.kind == "step":
             steps.append(Step(fn.name, _params(fn), sig.model, sig.optimizer or "", pairs=((sig.model, sig.optimizer or ""),),
                               draws=_draws(fn, functions)))
+        elif multi is not None and multi.kind == "threader" and not (multi.checkpoints or multi.returns):
+            pairs = multi.pairs or ((multi.model, multi.optimizer or ""),)
+            steps.append(Step(fn.name, _params(fn), pairs[0][0], pairs[0][1], pairs=pairs, draws=_draws(fn, functions),
+                              loop=True, iterated=_iterated(fn), builds=multi.builds))
         elif refusal:
             if refusal == SEVERAL_OPTIMIZERS and fn.name not in sigs:
                 refusal = refusals.get(fn.name, refusal)
@@ -85,3 +103,13 @@ def _draws(fn: ast.FunctionDef, functions: list[ast.FunctionDef]) -> bool:
                 seen.add(node.func.id)
                 todo.append(by_name[node.func.id])
     return False
+
+
+def _iterated(fn: ast.FunctionDef) -> tuple[str, ...]:
+    """The parameters whose every read is the iterable of a ``for`` or a comprehension."""
+    iterables = {id(node.iter) for node in ast.walk(fn) if isinstance(node, (ast.For, ast.comprehension))}
+    reads: dict[str, list[bool]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name):
+            reads.setdefault(node.id, []).append(id(node) in iterables and isinstance(node.ctx, ast.Load))
+    return tuple(p for p in _params(fn) if reads.get(p) and all(reads[p]))

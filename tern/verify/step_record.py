@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tern.verify.arrays import Unpackable, pack, write_case
+from tern.verify.passes import MAX_BYTES, RecordingPasses
 from tern.verify.port import keras_units
 from tern.verify.step_copies import as_numpy, run_session
 from tern.verify.step_find import Step, find_steps
@@ -76,6 +77,18 @@ def _python_function(fn: Any) -> Any:
     return fn
 
 
+def _is_tf_function(fn: Any) -> bool:
+    """Whether ``fn``, under any wrappers, is a ``tf.function`` (its Python loops are traced)."""
+    for _ in range(8):
+        if hasattr(fn, "python_function"):
+            return True
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None or inner is fn:
+            return False
+        fn = inner
+    return False
+
+
 @dataclass
 class Role:
     """One (model, optimizer) pair of a step: a single-state step has one, a GAN's step two."""
@@ -107,6 +120,7 @@ class Session:
     packed: list[dict] = field(default_factory=list)  # per call: the recorded non-model arguments
     first_result: Any = None
     stepped: bool = False  # the test's first step returned
+    passes: dict[str, RecordingPasses] = field(default_factory=dict)  # a loop's datasets, recorded as it iterates
 
     @property
     def origin(self) -> dict:
@@ -189,7 +203,7 @@ class StepRecorder:
         signature = inspect.signature(_python_function(inner))
         bound = signature.bind(*args, **kwargs)
         pairs = [(bound.arguments.get(m), bound.arguments.get(o)) for m, o in step.pairs]
-        key = tuple(id(x) for pair in pairs for x in pair)
+        key = (target, *(id(x) for pair in pairs for x in pair))  # a loop and the step it calls: two sessions
         if not tf.executing_eagerly():
             if key not in self.pairs:
                 self.pairs[key] = None
@@ -198,7 +212,7 @@ class StepRecorder:
             return None
         if key in self.pairs:
             session = self.pairs[key]
-            if session is not None and len(session.calls) < self.steps:
+            if session is not None and len(session.calls) < self._calls(step):
                 packed = self._pack_arguments(session.step, bound)
                 if isinstance(packed, str):  # a later call with an argument the first did not have
                     return self.note(target, packed)
@@ -207,7 +221,7 @@ class StepRecorder:
             return None
         self.pairs[key] = None
         self.alive += [x for pair in pairs for x in pair]
-        reason = next(filter(None, (self._ineligible(model, optimizer) for model, optimizer in pairs)), "")
+        reason = next(filter(None, (self._ineligible(model, optimizer, step.builds) for model, optimizer in pairs)), "")
         if reason:
             return self.note(target, reason)
         if sum(1 for s in self.sessions if s.target == target) >= self.max_per_target:
@@ -217,6 +231,9 @@ class StepRecorder:
             return self.note(target, packed)
         roles = []
         for (model_param, optimizer_param), (model, optimizer) in zip(step.pairs, pairs):
+            if step.builds:
+                roles.append(_role(model_param, optimizer_param, model, None, "", {}))
+                continue
             try:
                 optimizer_source, optimizer_config = keras_source(optimizer, "optimizer")
             except NotRenderable as exc:
@@ -224,16 +241,27 @@ class StepRecorder:
             roles.append(_role(model_param, optimizer_param, model, optimizer, optimizer_source, optimizer_config))
         session = Session(step=step, target=target, inner=inner, signature=signature, roles=roles,
                           calls=[bound], packed=[packed])
+        for name, entry in packed.items():
+            if "passes" in entry:
+                if _is_tf_function(inner):
+                    return self.note(target, f"argument {name!r}: a dataset iterated inside a tf.function loop")
+                session.passes[name] = RecordingPasses(bound.arguments[name], _element_as_numpy, _nbytes)
         self.pairs[key] = session
         self.sessions.append(session)
         return session
 
-    def _ineligible(self, model: Any, optimizer: Any) -> str:
+    def _calls(self, step: Step) -> int:
+        """Calls a session keeps: N steps, or a loop's first call (it runs many steps itself)."""
+        return 1 if step.loop else self.steps
+
+    def _ineligible(self, model: Any, optimizer: Any, builds: bool = False) -> str:
         origin = getattr(model, "__dict__", {}).get("_tern_origin")
         if origin is None:
             return "the model is not built by a package class or factory (the replay could not rebuild it)"
         if "unpackable" in origin:
             return origin["unpackable"]
+        if builds:  # the loop makes its optimizer: a fresh one, whatever the test did before
+            return "" if model.weights else "the model has no weights before its first step (it is built inside the step)"
         if keras_class(optimizer, "optimizers") is None:
             return f"the optimizer ({type(optimizer).__name__}) is not a Keras built-in optimizer"
         iterations = int(np.asarray(optimizer.iterations))
@@ -258,11 +286,29 @@ class StepRecorder:
                 except NotRenderable as exc:
                     return f"argument {name!r}: {exc}"
                 continue
+            if name in step.iterated and _is_dataset(value):
+                packed[name] = {"passes": True}  # recorded as the loop iterates it (``passes.py``)
+                continue
             try:
                 packed[name] = {"value": pack(value, arrays := [], as_numpy_or_none), "arrays": arrays}
             except Unpackable as exc:
                 return f"argument {name!r}: {exc} (only arrays, scalars and Keras loss objects are recorded)"
         return packed
+
+    def seal(self, session: Session) -> None:
+        """After a loop's call: the passes it made over each dataset become its recorded argument."""
+        for name, passes in session.passes.items():
+            if passes.overflow:
+                self.sessions.remove(session)
+                return self.note(session.target, f"argument {name!r}: the dataset holds more than "
+                                 f"{MAX_BYTES >> 20} MB; a loop's data is recorded whole")
+            try:
+                arrays: list[np.ndarray] = []
+                session.packed[0][name] = {"value": {"__passes__": pack(passes.passes, arrays, as_numpy_or_none)},
+                                           "arrays": arrays}
+            except Unpackable as exc:
+                self.sessions.remove(session)
+                return self.note(session.target, f"argument {name!r}: {exc}")
 
     # -- after the tests ----------------------------------------------------------------
 
@@ -270,7 +316,7 @@ class StepRecorder:
         """Run every session on copies (``step_copies``) and write its case, or note why not."""
         for session in self.sessions:
             try:
-                outcome = run_session(session, self.steps)
+                outcome = run_session(session, self._calls(session.step))
             except Exception:  # noqa: BLE001 - one broken session must not lose the others
                 outcome = "recorder error: " + traceback.format_exc(limit=2).strip().splitlines()[-1]
             if isinstance(outcome, str):
@@ -311,7 +357,13 @@ class _StepCall:
         except Exception:  # noqa: BLE001 - the recorder must never fail the user's test
             recorder.note(self._target, "recorder error: " + traceback.format_exc(limit=2).strip().splitlines()[-1])
             session = None
+        if session is not None and session.passes:  # the loop iterates the recording stand-ins
+            bound = session.calls[0]
+            bound = inspect.BoundArguments(bound.signature, {**bound.arguments, **session.passes})
+            args, kwargs = bound.args, bound.kwargs
         result = inner(*args, **kwargs)
+        if session is not None and session.passes:
+            recorder.seal(session)
         if session is not None and not session.stepped:
             session.first_result = _tf().nest.map_structure(as_numpy, result)
             for role in session.roles:
@@ -327,3 +379,18 @@ def as_numpy_or_none(value: Any) -> np.ndarray | None:
     """For ``pack``: tensors as arrays, None for what is not one."""
     array = as_numpy(value)
     return array if isinstance(array, np.ndarray) else None
+
+
+
+def _is_dataset(value: Any) -> bool:
+    return any(c.__name__ == "DatasetV2" and c.__module__.startswith("tensorflow") for c in type(value).__mro__)
+
+
+def _element_as_numpy(element: Any) -> Any:
+    """A dataset element (tensors in tuples and dicts) as NumPy, its structure kept."""
+    element = _tf().nest.map_structure(as_numpy, element)
+    return tuple(element) if isinstance(element, list) else element
+
+
+def _nbytes(element: Any) -> int:
+    return sum(np.asarray(leaf).nbytes for leaf in _tf().nest.flatten(element))

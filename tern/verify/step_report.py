@@ -31,7 +31,8 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
             row.problems.append(f"error: training replay job {failure.cause}: {_last_line(failure.error)}")
             continue
         for step in value.get("steps", []):
-            entry = {k: step[k] for k in ("target", "id", "status", "steps", "batches", "optimizer", "rtol", "atol") if k in step}
+            entry = {k: step[k] for k in ("target", "id", "status", "steps", "batches", "optimizer", "rtol", "atol",
+                                          "loop", "updates") if k in step}
             for k in ("compared", "loss", "params", "divergence", "reason", "note"):
                 if step.get(k) is not None:
                     entry[k] = step[k]
@@ -52,7 +53,9 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
 def describe_divergence(step: dict) -> str:
     """``step T of N (optimizer; batches): returned value: ...; first parameter to differ: ...``."""
     d = step.get("divergence") or {}
-    parts = [f"step {d.get('step', '?')} of {step.get('steps', '?')} ({step.get('optimizer', '')}; {step.get('batches', '')})"]
+    where = (f"after the loop's {step.get('updates', '?')} updates" if step.get("loop")
+             else f"step {d.get('step', '?')} of {step.get('steps', '?')}")
+    parts = [f"{where} ({step.get('optimizer', '')}; {step.get('batches', '')})"]
     if d.get("returned"):
         parts.append(_check(d["returned"], d["returned"].get("name", "returned value")))
     parameter = d.get("parameter")
@@ -110,11 +113,17 @@ def session_lines(training: dict) -> list[str]:
     lines = []
     for item in training.get("steps", []):
         for entry in item["sessions"]:
-            lines.append(f"{item['module']}:{item['function']}: training {entry['status']}, "
-                         f"{entry.get('compared', 0)}/{entry.get('steps', '?')} steps compared; max abs err loss "
+            lines.append(f"{item['module']}:{item['function']}: training {entry['status']}, {_compared(entry)}; max abs err loss "
                          f"{_err(entry, 'loss')}, params {_err(entry, 'params')} ({_detail(entry)})"
                          + (f"; {entry['note']}" if entry.get("note") else ""))
     return lines
+
+
+def _compared(entry: dict) -> str:
+    if entry.get("loop"):
+        return (f"loop compared after its {entry.get('updates', '?')} updates (tolerance rtol {entry.get('rtol', 0):.2g}, "
+                f"atol {entry.get('atol', 0):.2g}: per update x {entry.get('updates', '?')})")
+    return f"{entry.get('compared', 0)}/{entry.get('steps', '?')} steps compared"
 
 
 def _err(entry: dict, key: str) -> str:
@@ -141,7 +150,8 @@ def training_markdown(training: dict, head: str, md: Any) -> list[str]:
     for item in training["steps"]:
         target = f"`{item['module']}:{item['function']}`"
         for entry in item["sessions"]:
-            lines.append(f"| {target} | {entry.get('steps', '-')} | {entry['status']} | {_err(entry, 'loss')} | "
+            n = f"{entry.get('updates', '-')} (loop)" if entry.get("loop") else entry.get("steps", "-")
+            lines.append(f"| {target} | {n} | {entry['status']} | {_err(entry, 'loss')} | "
                          f"{_err(entry, 'params')} | {md(_detail(entry))} |")
         for reason, count in item["not_compared"].items():
             lines.append(f"| {target} | - | not compared ({count}) | - | - | {md(reason)} |")
