@@ -67,7 +67,9 @@ class WorkerHandle:
                     live: set["WorkerHandle"]) -> "WorkerHandle":
         started = time.monotonic()
         try:
-            with open(root / "worker.log", "wb") as log:
+            # shielded: a cancellation delivered once the process exists but before it is ours
+            # would leave it running with no handle to kill and reap it
+            with open(root / "worker.log", "wb") as log, anyio.CancelScope(shield=True):
                 process = await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                                    cwd=root, env=env, start_new_session=True)
         except OSError as error:
@@ -155,6 +157,11 @@ class WorkerHandle:
                 procfs.kill_tree(self.process.pid)
             returncode = await self.process.wait()
         procfs.kill_group(self.process.pid)  # forks orphaned before the kill are still in the group
+        # bwrap's inner process is its PID namespace's init, in a session of its own and armed to
+        # die with its parent only once set up: killed while starting, it outlives the outer one,
+        # left to the system's init (blocking SIGCHLD, deaf to every signal from outside but
+        # SIGKILL). Its command line names this worker's own scratch root.
+        procfs.kill_orphans(f"{self.root}\0")
         return returncode
 
     async def _exchange(self, job: Job) -> bytes | None:
