@@ -447,6 +447,12 @@ PLANTED = [
     ("train_transformer_finetune", "finetune.py", "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=1e-2)",
      "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=0.015)",
      "def finetune(state, dataset, epochs=1, learning_rate=1e-2, weight_decay=0.01)"),
+    # a norm guard's epsilon: the tests' norms are far above both, the probe's scaled-down inputs are not
+    ("library_layers", "layers.py", "return x / jnp.maximum(norm, 1e-07)", "return x / jnp.maximum(norm, 1e-05)",
+     "return x / jnp.maximum(1e-07, norm)"),
+    # a factory default every test passes explicitly: compared with the original factory's
+    ("depthwise_separable", "model.py", "def build_tiny_mobilenet(input_shape=(32, 32, 3)",
+     "def build_tiny_mobilenet(input_shape=(32, 32, 4)", "def build_tiny_mobilenet(input_shape=(16 * 2, 32, 3)"),
     # a constructor default every test passes explicitly: compared with the Keras class's
     ("transformer_encoder", "layers.py", "embed_dim: int = 32", "embed_dim: int = 33", "embed_dim: int = 2 * 16"),
 ]
@@ -482,6 +488,8 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     assert any("@ inputs" in p for p in found["stateful_running_stats.layers"]["problems"])  # found by a probe
     assert any("rms_normalize" in p and "@ inputs" in p for p in found["mixed_imports.blocks"]["problems"])
     assert any("default of embed_dim" in p for p in found["transformer_encoder.layers"]["problems"])
+    assert any("default of input_shape (factory)" in p for p in found["depthwise_separable.model"]["problems"])
+    assert any("l2_normalize_safe" in p and "@ inputs x 1e-7" in p for p in found["library_layers.layers"]["problems"])
     assert any("PolicyHead" in p and "(distribution): distributions differ" in p for p in found["sampling_heads.heads"]["problems"])
     report_path = project / "harmless.json"
     proc = tern(project, "verify", str(_plant(project, "harmless", 2)), "--original", str(FIXTURES), "--json", str(report_path))

@@ -12,7 +12,8 @@ case, ``None``, tuples of them): a Keras string the translation turned into a fu
 (``kernel_initializer="glorot_uniform"``) is a translation's choice, not a difference.
 Keras's ``training=None`` (no training context: inference) is Flax's ``False``.
 
-Package functions the tests call are compared the same way, on their own signature.
+Package functions the tests call are compared the same way, on their own signature, and so
+is a package factory that built a replayed model (``build_model(input_shape=(32, 32, 3))``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ def _defaults(fn: Any) -> dict[str, Any]:
             if name not in SKIPPED and p.default is not p.empty and _plain(p.default)}
 
 
-def keras_defaults(layer: Any, origin: dict) -> dict[str, dict[str, Any]]:
-    """TF side: the plain defaults of the layer's constructor (a package class) and call."""
+def keras_defaults(layer: Any, origin: dict, factory: Any = None) -> dict[str, dict[str, Any]]:
+    """TF side: the plain defaults of the layer's constructor (a package class) or of the package
+    factory that built it (``factory``), and of its call."""
     found = {"call": _defaults(layer.call)}
     if origin.get("kind") == "class":
         found["init"] = _defaults(type(layer).__init__)
+    elif factory is not None:
+        found["factory"] = _defaults(factory)
     return found
 
 
@@ -79,17 +83,19 @@ def _signature_defaults(fn: Any) -> dict[str, Any]:
         return {}
 
 
-def default_checks(module: Any, recorded: dict[str, dict[str, Any]]) -> list[dict]:
+def default_checks(module: Any, recorded: dict[str, dict[str, Any]], factory: Any = None) -> list[dict]:
     """JAX side: one check per default both sides have as plain values of one kind; ``module``
-    a Flax module (its fields and ``__call__``) or a translated function."""
+    a Flax module (its fields and ``__call__``) or a translated function; ``factory`` the
+    translated package function that built the module, if one did."""
     if inspect.isfunction(module) or not dataclasses.is_dataclass(module):
         fields, call = {}, _signature_defaults(module)
     else:
         fields = {f.name: f.default for f in dataclasses.fields(type(module)) if f.default is not dataclasses.MISSING}
         call = _signature_defaults(type(module).__call__)
     checks = []
-    for where, theirs in (("constructor", fields), ("call", call)):
-        for name, keras in recorded.get("init" if where == "constructor" else "call", {}).items():
+    made = _signature_defaults(factory) if factory is not None else {}
+    for where, key, theirs in (("constructor", "init", fields), ("call", "call", call), ("factory", "factory", made)):
+        for name, keras in recorded.get(key, {}).items():
             if name not in theirs or name in SKIPPED or not _plain(theirs[name]):
                 continue
             if name == "training" and keras is None:

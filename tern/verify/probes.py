@@ -39,6 +39,7 @@ def _near_mean(array: np.ndarray) -> np.ndarray:
 #: name -> transform of one float input array (its dtype kept)
 PROBES: tuple[tuple[str, Callable[[np.ndarray], np.ndarray]], ...] = (
     ("inputs x 1e-3", lambda a: a * 1e-3),
+    ("inputs x 1e-7", lambda a: a * 1e-7),  # norms below a guard's epsilon: x / max(||x||, eps)
     ("inputs x 100", lambda a: a * 100.0),
     ("inputs + 3", lambda a: a + 3.0),
     ("inputs near their mean (last axis)", _near_mean),

@@ -34,7 +34,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
-from tern.verify.arrays import Unpackable, pack, shift, write_case
+from tern.verify.arrays import Unpackable, origin_target, pack, shift, write_case
 from tern.verify.distributions import affordable_runs
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
@@ -272,7 +272,7 @@ class Recorder:
                 **({"samples": {"leaves": case["samples"]["leaves"], "runs": pack(case["samples"]["runs"], all_arrays)}}
                    if case["samples"] else {}),
                 **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
-                "defaults": keras_defaults(layer, origin)}
+                "defaults": keras_defaults(layer, origin, _factory(origin))}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.cases.append({"id": ident, "target": target})
@@ -645,3 +645,13 @@ def _run_config_case(case: dict, recorder: Recorder) -> None:
                       else rng.integers(0, spec.get("high", 10), shape).astype(dtype))
     kwargs = {"training": case["training"]} if "training" in case else {}
     layer(*inputs, **kwargs)
+
+
+def _factory(origin: dict) -> Any:
+    """The package function that built a recorded model, if one did (None for a class)."""
+    if origin.get("kind") != "factory":
+        return None
+    try:
+        return origin_target(origin)
+    except (ImportError, AttributeError):
+        return None

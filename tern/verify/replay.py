@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tern.status import Status
-from tern.verify.arrays import array_paths, read_case, unpack
+from tern.verify.arrays import array_paths, origin_target, read_case, unpack
 from tern.verify.distributions import ALPHA, SEED, distribution_check
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
@@ -225,7 +225,8 @@ def _replay_layer(meta: dict, arrays: Any, name: str, tolerance: dict | None, me
             result["note"] = "; ".join(filter(None, [result.get("note"), f"gradients not compared: TensorFlow has none "
                                                      f"({meta['no_gradient']})"]))
         if meta.get("defaults"):
-            result["interface"] = default_checks(module, meta["defaults"])
+            factory = origin_target(meta["origin"]) if meta["origin"].get("kind") == "factory" else None
+            result["interface"] = default_checks(module, meta["defaults"], factory)
         if meta.get("probes"):
             started = time.perf_counter()
             result["probes"] = _probe(meta, arrays, narrow_step, step_in, variables, rest, cots, tolerance,
