@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 ACTIVATIONS = {"relu": "gelu", "gelu": "relu", "sigmoid": "tanh", "tanh": "sigmoid", "softmax": "log_softmax",
@@ -140,7 +141,7 @@ class _Finder(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node.name.value)
-        read = {n.value for n in _names(node.body)}
+        read = {n.value for n in m.findall(node.body, m.Name())}
         for param in [*node.params.params, *node.params.kwonly_params]:
             if param.name.value in read:  # a default the body never reads (``training`` of a layer without a mode) is no bug
                 self._default(param, param.default, lambda new, p=param: p.with_changes(default=new))
@@ -279,17 +280,6 @@ class _Finder(cst.CSTVisitor):
     def _names_mode(node) -> bool:
         return isinstance(node, cst.Name) and node.value in MODE_KEYWORDS or \
             isinstance(node, cst.Attribute) and node.attr.value in MODE_KEYWORDS
-
-
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-    node.visit(_Collect())
-    return found
 
 
 def _negated(value: cst.BaseExpression) -> cst.BaseExpression:

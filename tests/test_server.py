@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tern.cli import app
-from tern.sandbox import client
+from tern.sandbox import client, procfs
 from tern.sandbox.client import DaemonUnavailable, open_runner, request, stop_daemon
 from tern.sandbox.daemon import resolve_mode
 from tern.sandbox.daemon import paths_for, server_pid, version_key
@@ -73,23 +73,6 @@ def child_env() -> dict[str, str]:
 
 def alive(pid: int) -> bool:
     return client._alive(pid)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes (zombies aside) whose command line mentions ``text``: a sandbox's launchers
-    and worker name the project's directories."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text.encode() in cmdline and state != b"Z":
-            found.append(int(entry.name))
-    return found
 
 
 def wait_until(predicate, what: str) -> None:
@@ -467,4 +450,4 @@ def test_hang_up_cancels_the_job_and_stop_cancels_the_rest(project):
     assert busy and not any(alive(pid) for pid in busy)
     assert not paths.socket.exists()
     # nor a launcher: bwrap's namespace init once outlived its outer bwrap, left to the system's init
-    wait_until(lambda: not processes_mentioning(str(project / ".tern")), "the sandbox's processes to be gone")
+    wait_until(lambda: not procfs.mentioning(str(project / ".tern")), "the sandbox's processes to be gone")

@@ -106,23 +106,31 @@ def kill_descendants(root: int) -> None:
         _signal(pid, signal.SIGKILL)
 
 
+def mentioning(marker: str) -> dict[int, int]:
+    """pid -> ppid of the live processes (zombies aside) whose command line mentions ``marker``."""
+    needle, found = marker.encode(), {}
+    for pid, ppid in parents().items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle not in f.read():
+                    continue
+        except OSError:
+            continue
+        if (fields := _stat(pid)) is not None and fields[0] != b"Z":
+            found[pid] = ppid
+    return found
+
+
 def kill_orphans(marker: str) -> int:
     """SIGKILL processes left to init whose command line mentions ``marker``; return how many.
 
     They are what a killed tern leaves behind when it dies while bwrap is still setting up
     a worker (bwrap arms its parent-death signal in the sandbox only after that set-up).
     """
-    needle, count = marker.encode(), 0
-    for pid, ppid in parents().items():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                orphan = ppid == 1 and needle in f.read()
-        except OSError:
-            continue
-        if orphan:
-            _signal(pid, signal.SIGKILL)
-            count += 1
-    return count
+    orphans = [pid for pid, ppid in mentioning(marker).items() if ppid == 1]
+    for pid in orphans:
+        _signal(pid, signal.SIGKILL)
+    return len(orphans)
 
 
 def kill_group(leader: int) -> None:

@@ -177,14 +177,15 @@ def _trajectory(session: Any, indices: list[int], capture: bool, draws: list | N
     made: list[Any] = [optimizer for _, optimizer in copies if optimizer is not None]
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_optimizers_made(made))  # a loop that makes its own: its updates count too
+            if len(made) < len(copies):  # a loop that makes its own optimizer: its updates count too
+                stack.enter_context(_optimizers_made(made))
             if draws is not None:
                 stack.enter_context(tape.installed())
                 stack.enter_context(_eagerly())
             for t, i in enumerate(indices):
                 call = session.calls[i]
                 arguments = dict(call.arguments)
-                for name, recorded in getattr(session, "passes", {}).items():  # a loop's dataset: the test's passes
+                for name, recorded in session.passes.items():  # a loop's dataset: the test's passes
                     arguments[name] = ReplayedPasses(recorded.passes, _as_tensors)
                 for role, (model, optimizer) in zip(session.roles, copies):
                     arguments[role.model_param] = model
