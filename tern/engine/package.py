@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from tern.engine import collection
 from tern.engine.ast_walks import kept_walks, walk as ast_walk
 from tern.engine.features import features
 from tern.engine.names import ast_tail
@@ -418,5 +419,6 @@ def _scan_package(root: Path, files: list[Path]) -> PackageInfo:
         except (UnicodeDecodeError, OSError):
             continue
         module = ".".join(path.relative_to(root).with_suffix("").parts)
-        scan_source(source, module, info, training_layers)
+        with collection.one_file():
+            scan_source(source, module, info, training_layers)
     return close_over_bases(info)

@@ -33,7 +33,7 @@ from typing import Callable, Iterable
 import libcst as cst
 
 from tern.errors import UsageError  # the run cannot start as asked; nothing has been written
-from tern.engine import support_module
+from tern.engine import collection, support_module
 from tern.engine.memo import TranslationMemo, package_digest
 from tern.engine.package import PackageInfo, scan_package
 from tern.engine.report import FileResult, Note, RunReport
@@ -244,6 +244,11 @@ def translate_bytes(job: Job, raw: bytes) -> tuple[FileResult, bytes | None]:
     if isinstance(decoded, FileResult):
         return decoded, raw
     text, encoding = decoded
+    with collection.one_file():
+        return _translate_text(job, raw, text, encoding)
+
+
+def _translate_text(job: Job, raw: bytes, text: str, encoding: str) -> tuple[FileResult, bytes | None]:
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
