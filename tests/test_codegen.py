@@ -1,5 +1,6 @@
-"""``tern.engine.results.code``/``module_code`` write what LibCST's ``code_for_node``/``.code``
-write, on the fixtures before and after: a difference would change every output file."""
+"""``tern.engine.results.code``/``module_code``/``ModuleTexts`` write what LibCST's
+``code_for_node``/``.code`` write, on the fixtures before and after: a difference would change
+every output file."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from tern.engine.results import code, module_code
+from tern.engine.results import ModuleTexts, code, module_code
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "fixtures" / "tf").rglob("*.py"))[::3] + sorted((ROOT / "fixtures" / "expected").rglob("*.py"))[::3]
@@ -21,6 +22,19 @@ def test_same_code_as_libcst(path):
     for stmt in module.body:
         assert code(stmt) == cst.Module([]).code_for_node(stmt)
         assert code(stmt, module) == module.code_for_node(stmt)
+    texts = ModuleTexts()  # statements kept from one version to the next are generated once
+    assert texts.code(module) == module.code
+    shorter = module.with_changes(body=module.body[1:], has_trailing_newline=False)
+    assert texts.code(shorter) == shorter.code
+    changed = module.with_changes(body=[cst.parse_statement("import jax\n"), *module.body])
+    assert texts.code(changed) == changed.code
+
+
+@pytest.mark.parametrize("text", ["", "\n", "x", "# only a comment\n", "# no newline", "x = 1\n\n# footer\n",
+                                  "\r\nx = 1\r\n", "def f():\n    return 1"])
+def test_module_texts_edges(text):
+    module = cst.parse_module(text)
+    assert ModuleTexts().code(module) == module.code == text
 
 
 def test_crlf_and_tabs_are_the_modules():

@@ -94,6 +94,8 @@ class FrozenLayersRule(Rule):
             updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
 
     def leave_statement(self, ctx, original, updated):
+        if not ctx.mentions("trainable"):
+            return None  # no ``X.trainable = ...`` in the file
         done = _state(ctx)["assigns"]
         for target in _trainable_targets(original):
             if id(target) not in done:

@@ -83,6 +83,8 @@ class FunctionalModelRule(Rule):
                 if name in ctx.tables.layers:
                     frame.layers[assign.targets[0].target.value] = LayerRef(record=ctx.tables.layers[name])
         if node.name.value not in ctx.package.model_builders:
+            if not ctx.mentions("Input", "Sequential"):
+                return  # nothing in the file can call them
             found = _calls_in(node.body, ctx, INPUTS | SEQUENTIALS)
             if found and found <= INPUTS:
                 frame.tags.add("stray_inputs")

@@ -60,6 +60,12 @@ def _feeds_a_call(target: cst.BaseExpression, *body: cst.CSTNode) -> bool:
     return bool(_names(target) & passed.names)
 
 
+def _maybe_dataset(judge, iterable: cst.BaseExpression) -> bool:
+    """Whether the judge sees a dataset at the root of ``iterable`` (a parameter may still be left alone)."""
+    tree = parse_expression(code(iterable))
+    return tree is not None and judge.root(tree) is not None
+
+
 class _Bridge(cst.CSTTransformer):
     """Wraps the iterable of each loop of one function body that the judge calls a dataset
     (a parameter only when what the loop yields is passed to a call)."""
@@ -79,8 +85,7 @@ class _Bridge(cst.CSTTransformer):
         return False
 
     def _bridged(self, target, iterable: cst.BaseExpression, *uses: cst.CSTNode) -> cst.BaseExpression | None:
-        tree = parse_expression(code(iterable))
-        if tree is None or self.judge.root(tree) is None:
+        if not _maybe_dataset(self.judge, iterable):
             return None
         if isinstance(iterable, cst.Name) and iterable.value in self.judge.params \
                 and iterable.value not in self.judge.local and not _feeds_a_call(target, *uses):
@@ -125,10 +130,11 @@ class TfDataLoopsRule(Rule):
         frame = ctx.frame
         if facts is None or not facts.record.bridge or frame is None or frame.in_module_method:
             return None
-        if not findall(updated.body, m.For() | m.CompFor()):
-            return None  # the bridge wraps loops' iterables only: no loop, nothing to do
-        params = set() if ctx.is_test else _params(original)
-        bridge = _Bridge(ctx, facts.judge(original.name.value, params), facts.record.bridge)
+        loops = findall(updated.body, m.For() | m.CompFor())
+        judge = facts.judge(original.name.value, set() if ctx.is_test else _params(original))
+        if not any(_maybe_dataset(judge, loop.iter) for loop in loops):
+            return None  # the bridge wraps datasets' loops only: none here, the body is not rebuilt
+        bridge = _Bridge(ctx, judge, facts.record.bridge)
         body = updated.body.visit(bridge)
         return updated.with_changes(body=body) if bridge.changed else None
 

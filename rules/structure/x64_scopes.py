@@ -47,7 +47,7 @@ class X64ScopesRule(Rule):
 
     def visit_function(self, ctx, node: cst.FunctionDef) -> None:
         if ctx.scopes.imports_source and isinstance(node.body, cst.IndentedBlock) \
-                and _uses_64_bits(ctx, node) and _keeps_dtypes(ctx, node):
+                and ctx.mentions(*_x64_words(ctx.tables)) and _uses_64_bits(ctx, node) and _keeps_dtypes(ctx, node):
             ctx.frame.tags.add("x64")
             ctx.rule_state.setdefault(self.id, set()).add(id(node))
 
@@ -62,6 +62,18 @@ class X64ScopesRule(Rule):
             leading_lines=[cst.EmptyLine(comment=cst.Comment(NOTE))],
         )
         return updated.with_changes(body=updated.body.with_changes(body=[*doc, scope]))
+
+
+_X64_WORDS: dict[int, tuple[object, frozenset[str]]] = {}  # id(tables) -> (the tables, held so the id stays theirs; words)
+
+
+def _x64_words(tables) -> frozenset[str]:
+    """The last parts of the 64-bit dtypes' names (``float64``, ``double``): a file that spells
+    none of them names none of them."""
+    held = _X64_WORDS.get(id(tables))
+    if held is None:
+        held = _X64_WORDS[id(tables)] = (tables, frozenset(name.rsplit(".", 1)[-1] for name, r in tables.api.items() if r.x64))
+    return held[1]
 
 
 def _uses_64_bits(ctx, fn: cst.FunctionDef) -> bool:

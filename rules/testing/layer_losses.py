@@ -168,7 +168,7 @@ class LayerLossesRule(Rule):
 
     def visit_function(self, ctx, node):
         reads = ctx.rule_state.setdefault(self.id, {})
-        if not findall(node.body, m.Attribute(attr=m.Name("losses"))):
+        if not ctx.mentions("losses") or not findall(node.body, m.Attribute(attr=m.Name("losses"))):
             return  # no ``X.losses`` to judge: the flow would record nothing
         flow = _Flow()
         flow.block(node.body.body, {})

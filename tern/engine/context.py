@@ -86,8 +86,18 @@ class FileContext:
     keras_configs: dict[str, dict] = field(default_factory=dict)
     #: differences by design the report states once per file (``Note``)
     notes: list[Note] = field(default_factory=list)
+    #: the file's text as read, None when not known (``mentions``)
+    source: str | None = None
 
     # -- asked by rules and converters -------------------------------------------------
+    def mentions(self, *words: str) -> bool:
+        """Whether the file's text holds one of ``words``. Where it holds none, no node of the
+        original file spells one: no attribute or name is so called, and no name resolves to a
+        symbol ending so (canonical names keep their last part), so a rule can skip a walk.
+        Unknown and non-ASCII texts hold every word (Python folds identifiers under NFKC)."""
+        text = self.source
+        return text is None or not text.isascii() or any(word in text for word in words)
+
     def resolve(self, node: cst.BaseExpression) -> str | None:
         return self.scopes.resolve(node)
 

@@ -8,6 +8,7 @@ much less: the module's import aliases, plus which names a function rebinds loca
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 import libcst as cst
@@ -235,9 +236,17 @@ def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
     return bound, imports
 
 
+@functools.lru_cache(maxsize=4)
+def parsed(text: str) -> ast.Module:
+    """``ast.parse(text)`` once per text: a file's source is read by its name facts and its
+    features' facts, and the finished text by the import steps, which often see it unchanged.
+    Callers read the tree and never change it."""
+    return ast.parse(text)
+
+
 def source_facts(source: str) -> SourceFacts | None:
     try:
-        tree = ast.parse(source)
+        tree = parsed(source)
     except (SyntaxError, ValueError):
         return None
     candidates: set[str] = set()

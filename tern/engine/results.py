@@ -47,6 +47,35 @@ def module_code(module: cst.Module) -> str:
     return code(module, module)
 
 
+class ModuleTexts:
+    """``module.code`` for successive versions of one file's module, each top-level statement
+    generated once: the engine's last steps (imports settled, the support import added) each
+    read the whole text, and each changes a statement or two of hundreds."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[tuple[int, str, str], tuple[cst.CSTNode, list[str]]] = {}  # the node held: its id stays its own
+
+    def code(self, module: cst.Module) -> str:
+        tokens: list[str] = []
+        for part in (*module.header, *module.body, *module.footer):
+            tokens += self._of(part, module)
+        if module.has_trailing_newline:
+            if not tokens:
+                tokens.append(module.default_newline)
+        elif tokens and tokens[-1] == module.default_newline:  # CodegenState.pop_trailing_newline
+            tokens.pop()
+        return "".join(tokens)
+
+    def _of(self, node: cst.CSTNode, module: cst.Module) -> list[str]:
+        key = (id(node), module.default_indent, module.default_newline)
+        done = self._tokens.get(key)
+        if done is None:
+            state = _Unrecorded(default_indent=module.default_indent, default_newline=module.default_newline)
+            node._codegen(state)
+            done = self._tokens[key] = (node, state.tokens)
+        return done[1]
+
+
 def value_table_name(kind: str) -> str:
     """The module-level table a translation looks values of ``kind`` up in at run time."""
     return f"_TERN_{kind.upper()}S"

@@ -8,11 +8,12 @@ Rules write targets as full dotted names (``jax.numpy.sum``); this module turns 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.engine.names import ast_scope, dotted_name, import_bindings
+from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
 from tern.engine.records import TargetModule
 from tern.engine.results import module_code
 
@@ -87,13 +88,22 @@ def _import_statement(module: str, alias: str) -> cst.SimpleStatementLine:
     return cst.parse_statement(f"import {module} as {alias}\n")
 
 
-def names_in_use(code: str | ast.Module) -> set[str]:
+def names_in_use(code: str | ast.Module) -> frozenset[str]:
     """Names read anywhere in ``code`` (source text, or its ``ast`` already parsed) where no
     enclosing function rebinds them.
 
     Uses Python's ``ast`` (C speed) on the generated text: a second LibCST walk of the whole
     file cost as much as the translation pass itself.
     """
+    return _names_in_text(code) if isinstance(code, str) else _names_in_tree(code)
+
+
+@functools.lru_cache(maxsize=4)
+def _names_in_text(text: str) -> frozenset[str]:
+    return _names_in_tree(parsed(text))  # the import steps ask twice of one text
+
+
+def _names_in_tree(tree: ast.Module) -> frozenset[str]:
     used: set[str] = set()
 
     def bound_in(fn) -> set[str]:
@@ -122,8 +132,8 @@ def names_in_use(code: str | ast.Module) -> set[str]:
         for child in ast.iter_child_nodes(node):
             walk(child, shadow)
 
-    walk(ast.parse(code) if isinstance(code, str) else code, frozenset())
-    return used
+    walk(tree, frozenset())
+    return frozenset(used)
 
 
 def fallback_lines(stmt: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -186,18 +196,21 @@ class FinalImports:
 
 def finalize_imports(
     module: cst.Module, plan: ImportPlan, todo_comment, kept_comment=None, allowed: frozenset[str] = frozenset(),
+    module_text=module_code,
 ) -> FinalImports:
     """Add scheduled imports; drop unused TF/Keras imports; TODO the used ones.
 
     ``todo_comment(stmt, construct, reason)`` marks a TF import that must stay;
     ``kept_comment(stmt)`` marks one whose every use is allowed TF (names in ``allowed``:
-    tf.data), which is not residue.
+    tf.data), which is not residue. ``module_text``: how to read a module's code.
     """
     body = list(module.body)
-    if any(_is_source_import(stmt) for stmt in body):
-        used = names_in_use(module_code(module))
-    else:
-        used = set()
+    bound_by_source = set().union(*(_bindings(stmt) for stmt in body if _is_source_import(stmt)))
+    used: frozenset[str] = frozenset()
+    if bound_by_source:
+        rest = module_text(module.with_changes(body=[stmt for stmt in body if not _is_source_import(stmt)]))
+        if not rest.isascii() or any(name in rest for name in bound_by_source):  # else nothing can read them
+            used = names_in_use(module_text(module))
     removed: list[str] = []
     kept: list[cst.CSTNode] = []
     existing: dict[str, str] = {}

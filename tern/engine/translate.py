@@ -20,11 +20,11 @@ from tern.engine.dispatch import CachedHooks
 from tern.engine.features import KeptTF, features
 from tern.engine.results import Refusal
 from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_bindings, short_name as _short_name, source_facts
+from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_bindings, parsed, short_name as _short_name, source_facts
 from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.engine.records import ApiRecord, Tables, tables as default_tables
 from tern.engine.render import api_call, commas, bind
-from tern.engine.results import code, module_code
+from tern.engine.results import ModuleTexts, code
 from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
 from tern.engine.rule import HOOKS, consumed_names, discover, overrides
@@ -803,9 +803,10 @@ def translate_module(
     ctx = FileContext(
         tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
         plan=plan, is_test=is_test, file_facts=_file_facts(source, package, tables),
-        package_helpers=package_helpers(module), keras_configs=keras_configs(module),
+        package_helpers=package_helpers(module), keras_configs=keras_configs(module), source=source,
     )
     out = module.visit(Translator(ctx))
+    texts = ModuleTexts()
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
     if generated:
         out = insert_after_imports(out, generated)
@@ -818,7 +819,7 @@ def translate_module(
 
     allowed, kept_comment = frozenset(), None
     if ctx.kept_tf and tables.allowed:  # TF left on purpose: is that all an import is used for?
-        reading = _read_kept(module_code(out), package, tables)
+        reading = _read_kept(texts.code(out), package, tables)
         allowed = reading.bindings if reading is not None else frozenset()
         comment = "# " + tables.allowed[0].import_comment
 
@@ -826,19 +827,19 @@ def translate_module(
             return _with_comment(stmt, comment, header)
 
     if ctx.edits:
-        final = finalize_imports(out, plan, import_todo, kept_comment, allowed)
+        final = finalize_imports(out, plan, import_todo, kept_comment, allowed, texts.code)
         out = final.module
         for text in final.removed:
             ctx.edits.append(Edit("imports", text, ""))
         for text in final.added:
             ctx.edits.append(Edit("imports", "", text))
     else:
-        out = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed).module
-    imported = _import_support(out, support_module)
+        out = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed, texts.code).module
+    imported = _import_support(out, support_module, texts)
     out, support = imported.module, imported.names
     if imported.added:
         ctx.edits.append(Edit("imports", "", imported.added))
-    text = imported.text if imported.text is not None else module_code(out)
+    text = imported.text if imported.text is not None else texts.code(out)
     uses = []
     if ctx.kept_tf:
         reading = _read_kept(text, package, tables)
@@ -854,7 +855,7 @@ class _SupportImport:
     text: str | None = None  # ``module.code`` when it was generated on the way (a whole-file codegen saved)
 
 
-def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
+def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts) -> _SupportImport:
     """The module importing, from its package's support module, every support definition its
     code refers to and does not define itself.
 
@@ -863,11 +864,10 @@ def _import_support(module: cst.Module, support_module: str) -> _SupportImport:
     previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
-    text = module_code(stripped)
+    text = texts.code(stripped)
     if not _may_use_support(text):
         return _SupportImport(stripped, (), "", text)
-    tree = ast.parse(text)
-    used = sorted((names_in_use(tree) & support_names()) - _module_bound(tree))
+    used = sorted((names_in_use(text) & support_names()) - _module_bound(parsed(text)))
     if not used:
         return _SupportImport(stripped, (), "", text)
     statement = import_statement(support_module, used)

@@ -7,6 +7,7 @@ import ast
 import libcst as cst
 
 from tern.engine.features import Feature, KeptTF
+from tern.engine.names import parsed
 from tern.features.tf_data import graph_functions, kept
 from tern.features.tf_data.datasets import FileDatasets, PackageDatasets, file_datasets, scan_module
 
@@ -24,7 +25,7 @@ class TfData(Feature):
         if not package.used:
             return None
         try:
-            return file_datasets(ast.parse(source), package, tables)
+            return file_datasets(parsed(source), package, tables)
         except (SyntaxError, ValueError):
             return None
 

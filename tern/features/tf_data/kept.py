@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
-from tern.engine.names import ast_bindings, ast_scope, short_name
+from tern.engine.names import ast_bindings, ast_scope, parsed, short_name
 from tern.engine.records import Tables, tables as default_tables
 from tern.engine.report import AllowedUse
 
@@ -130,7 +130,7 @@ class _Reader:
 def read(text: str, package: PackageDatasets | None = None, table: Tables | None = None) -> Kept | None:
     """What TF ``text`` keeps; None when it does not parse."""
     try:
-        tree = ast.parse(text)
+        tree = parsed(text)
     except (SyntaxError, ValueError):
         return None
     table = table or default_tables()
