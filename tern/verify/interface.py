@@ -71,6 +71,13 @@ def _same(keras: Any, flax: Any) -> bool | None:
     return None
 
 
+def same_default(name: str, keras: Any, flax: Any) -> bool | None:
+    """Whether parameter ``name`` defaults alike on both sides; None: not of one kind, not compared."""
+    if name == "training" and keras is None:
+        keras = False  # Keras's "not in a training context" is inference, Flax's False
+    return _same(keras, flax)
+
+
 def function_defaults(fn: Any) -> dict[str, dict[str, Any]]:
     """TF side: the plain defaults of a package function."""
     return {"call": _defaults(fn)}
@@ -98,9 +105,7 @@ def default_checks(module: Any, recorded: dict[str, dict[str, Any]], factory: An
         for name, keras in recorded.get(key, {}).items():
             if name not in theirs or name in SKIPPED or not _plain(theirs[name]):
                 continue
-            if name == "training" and keras is None:
-                keras = False  # Keras's "not in a training context" is inference, Flax's False
-            same = _same(keras, theirs[name])
+            same = same_default(name, keras, theirs[name])
             if same is None:
                 continue
             check = {"name": f"default of {name} ({where})", "ok": same}

@@ -63,6 +63,9 @@ class ModuleRow:
     probe_worst: dict | None = None
     probes_judged: int = 0
     probes_not_judged: int = 0
+    #: literal defaults of top-level functions compared from the two sources (``static_defaults.py``);
+    #: a difference is a mismatch, agreement alone makes no module equivalent
+    defaults_compared: int = 0
 
     def settle(self) -> None:
         compared = self.cases_total + self.tests_total + self.train_total
@@ -128,8 +131,12 @@ def _owner(test_file: str, modules: list[str], package: str, imported: list[str]
 
 def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], tests: dict[str, JobAnswer],
                recording: dict | None, record_failure: Any, trains: dict[str, JobAnswer] | None = None,
-               imports: dict[str, list[str]] | None = None) -> list[ModuleRow]:
+               imports: dict[str, list[str]] | None = None, defaults: dict[str, list[dict]] | None = None) -> list[ModuleRow]:
     rows: dict[str, ModuleRow] = {m: ModuleRow(m) for m in modules}
+    for module, checks in (defaults or {}).items():
+        row = rows.setdefault(module, ModuleRow(module))
+        row.defaults_compared += len(checks)
+        row.problems.extend(f"mismatch: {c['name']}: {c['problem']}" for c in checks if not c["ok"])
     for module, (value, failure, hit) in replays.items():
         row = rows.setdefault(module, ModuleRow(module))
         row.cached = hit

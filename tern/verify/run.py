@@ -35,6 +35,7 @@ from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import JobAnswer, PackageReport, build_rows
+from tern.verify.static_defaults import static_default_checks
 from tern.verify.search_run import search_module
 from tern.verify.step_report import training_summary
 
@@ -287,8 +288,10 @@ class PackageVerifier:
             for path in test_files(jax_root / self.package):
                 group.start_soon(run_tests, path)
         imports = {rel: imported_modules(jax_root / self.package / rel, jax_root, self.package, modules) for rel in tests_out}
+        replayed = {case["target"] for value, _, _ in replays.values() if value for case in value.get("cases", [])}
+        defaults = static_default_checks(self.original, jax_root / self.package, modules, replayed)
         rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"), trains,
-                          imports)
+                          imports, defaults)
         return PackageReport(
             package=self.package, original=str(self.original), translated=str(self.translated), rows=rows,
             original_tests=(recording.get("value") or {}).get("tests", {}).get("tests", {}),
