@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import re
@@ -28,7 +29,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern.engine.walk import findall, walk
+from tern.engine.walk import findall, nodes, walk
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
@@ -683,6 +684,7 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
     checks, kept, changed = [], [], set()
     derived: dict[str, cst.BaseExpression] = {}
     used: set[str] = set()
+    stores = _Stores(body or [])
     for stmt in init.body.body:
         plain = params - rebound - changed
         if _is_argument_check(stmt, plain):
@@ -694,7 +696,7 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
                 [cst.Expr(call.visit(_ParamsToFields(params - lists)))],
                 leading_lines=[cst.EmptyLine(comment=cst.Comment(
                     "# as Keras did when the layer was made, for its argument checks (setup keeps the value)"))]))
-        attr, value = _derived_value(stmt, plain - lists, body or [])
+        attr, value = _derived_value(stmt, plain - lists, stores)
         if attr is not None and attr not in params:
             derived[attr] = value
         found = _method_checks(stmt, checkers, plain - lists, set(derived) | params)
@@ -714,7 +716,7 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
             name=cst.Name(attr), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
             decorators=[cst.Decorator(cst.Name("property"))], leading_lines=[cst.EmptyLine(indent=False)],
             body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(derived[attr].visit(_ParamsToFields(params)))])])))
-        kept = [s for s in kept if _derived_value(s, params, body or [])[0] != attr]
+        kept = [s for s in kept if _derived_value(s, params, stores)[0] != attr]
     copies = _list_copies(lists & set().union(*(_names_in([c]) for c in checks)))
     post_body = [*copies, *checks, cst.parse_statement("super().__post_init__()\n")]
     post_init = cst.FunctionDef(
@@ -749,7 +751,7 @@ def _raises_only_on(stmt: cst.CSTNode, names: set[str]) -> bool:
     return {n.value for n in _names_read(stmt)} <= names | _BUILTINS
 
 
-def _derived_value(stmt: cst.CSTNode, params: set[str], body: list) -> tuple[str | None, cst.BaseExpression | None]:
+def _derived_value(stmt: cst.CSTNode, params: set[str], stores: "_Stores") -> tuple[str | None, cst.BaseExpression | None]:
     """``self.attr = <parameters, literals and builtins>``, assigned nowhere else in the class
     and never changed in place: (attr, value); else (None, None)."""
     if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])):
@@ -759,12 +761,33 @@ def _derived_value(stmt: cst.CSTNode, params: set[str], body: list) -> tuple[str
     names = {n.value for n in _names_read(value)}
     if attr is None or not names <= params | _BUILTINS or SELF in names:
         return None, None
-    stores = sum(len(findall(s, m.AssignTarget(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(findall(s, m.AugAssign(target=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))) +
-                 len(findall(s, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr)))))) +
-                 len(findall(s, m.AssignTarget(target=m.Subscript(value=m.Attribute(value=m.Name(SELF), attr=m.Name(attr))))))
-                 for s in body)
-    return (attr, value) if stores == 1 else (None, None)
+    return (attr, value) if stores.of(attr) == 1 else (None, None)
+
+
+class _Stores:
+    """Per ``self.<attr>``, how often a class body assigns it, augments it, calls a method of
+    it or assigns an item of it: counted in one walk, when first asked."""
+
+    def __init__(self, body: list) -> None:
+        self._body, self._counts = body, None
+
+    def of(self, attr: str) -> int:
+        if self._counts is None:
+            self._counts = Counter()
+            for stmt in self._body:
+                for node in nodes(stmt):
+                    if isinstance(node, cst.AssignTarget):
+                        target = node.target.value if isinstance(node.target, cst.Subscript) else node.target
+                        stored = _self_attr(target)
+                    elif isinstance(node, cst.AugAssign):
+                        stored = _self_attr(node.target)
+                    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                        stored = _self_attr(node.func.value)
+                    else:
+                        continue
+                    if stored is not None:
+                        self._counts[stored] += 1
+        return self._counts[attr]
 
 
 def _method_checks(stmt: cst.CSTNode, checkers: dict[str, set[str]], params: set[str],
