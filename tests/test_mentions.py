@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tern.engine.context import FileContext
+from tern.engine.records import tables
 from tern.engine.translate import translate_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +50,14 @@ def test_fixtures_translate_as_without_the_shortcut(monkeypatch, path):
 def test_aliases_translate_as_without_the_shortcut(monkeypatch, name):
     quick, full = _both(monkeypatch, ALIASED[name], name)
     assert quick.code == full.code and quick.todos == full.todos
+
+
+def test_canonical_spellings_keep_a_symbols_last_part():
+    """What ``mentions`` (and the attribute shortcut of functional_model's ``_calls_in``) rest
+    on: a prefix the tables respell changes a last part only where it names a package."""
+    for prefix, canonical in tables().canonical:
+        if prefix.rsplit(".", 1)[-1] != canonical.rsplit(".", 1)[-1]:
+            assert canonical in ("tensorflow", "keras"), (prefix, canonical)
 
 
 def test_unknown_and_non_ascii_texts_mention_everything():

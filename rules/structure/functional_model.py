@@ -39,6 +39,15 @@ def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
     return found
 
 
+def _assigns_a_call_to_a_name(stmt: cst.CSTNode) -> bool:
+    """``name = f(...)``, alone on its line (a matcher's test, without a matcher's cost: it runs
+    on every statement of every function)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    assign = stmt.body[0]
+    return len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and isinstance(assign.value, cst.Call)
+
+
 def _input_target(stmt: cst.CSTNode, ctx) -> str | None:
     if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])):
         assign = stmt.body[0]
@@ -77,7 +86,7 @@ class FunctionalModelRule(Rule):
     def visit_function(self, ctx, node):
         frame = ctx.frame
         for stmt in node.body.body:
-            if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])):
+            if _assigns_a_call_to_a_name(stmt):
                 assign = stmt.body[0]
                 name = ctx.resolve(assign.value.func)
                 if name in ctx.tables.layers:

@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tern.engine.rule import Rule
-from tern.engine.walk import findall
+from tern.engine.walk import nodes
 
 SHAPE = m.Attribute(attr=m.Name("shape")) | m.Call(func=m.Attribute(attr=m.Name("get_shape")), args=[])
 
@@ -44,6 +44,14 @@ def _as_tuple(node: cst.BaseExpression) -> cst.Tuple | None:
     return None
 
 
+def _concatenation(node: cst.CSTNode) -> bool:
+    """A shape and a literal int or list added: what ``_Concatenations`` rewrites (the operands'
+    kinds are the same before and after it rewrites what they hold)."""
+    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add) and (
+        (_visible_shape(node.left) and _as_tuple(node.right) is not None)
+        or (_visible_shape(node.right) and _as_tuple(node.left) is not None))
+
+
 class _Concatenations(cst.CSTTransformer):
     def leave_BinaryOperation(self, original, updated):
         if not isinstance(updated.operator, cst.Add):
@@ -60,8 +68,8 @@ class ShapeConcatRule(Rule):
     order = 61  # after tensor_methods (60), which turns ``get_shape()`` into ``.shape``
 
     def leave_statement(self, ctx, original, updated):
-        if not ctx.scopes.imports_source or not findall(updated, m.BinaryOperation(operator=m.Add())):
-            return None
+        if not ctx.scopes.imports_source or not any(_concatenation(node) for node in nodes(updated)):
+            return None  # nothing to rewrite: the statement is not rebuilt
         if isinstance(updated, cst.SimpleStatementLine):
             changed = updated.visit(_Concatenations())
             return changed if not changed.deep_equals(updated) else None
