@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import math
@@ -139,6 +140,14 @@ def _import_pytest_plugins(root: Path) -> None:
         except (Exception, SystemExit):
             pass  # a broken plugin: the job's own pytest run reports it, where the user sees it
     empty.rmdir()
+
+
+def _freeze_startup_objects() -> None:
+    """What the worker imported lives as long as it does (TF or JAX: millions of objects). Frozen,
+    it is never walked again by the cyclic collector, whose full collections during a job
+    otherwise walked all of it; a job's own objects are collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def _restore_signals(handlers: dict[int, Any]) -> None:
@@ -352,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     # No bytecode cache for job code: a .pyc is trusted by source mtime (whole seconds) and
     # size, so a translation edited twice within a second could run stale code.
     importlib.import_module("tern.sandbox.tasks")
+    _freeze_startup_objects()
     os.chdir(root)
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != str(root)]  # `-m` put our cwd there
     guard = Guard([tmp, *([args.jax_cache] if args.jax_cache else [])])
