@@ -88,22 +88,13 @@ def _import_statement(module: str, alias: str) -> cst.SimpleStatementLine:
     return cst.parse_statement(f"import {module} as {alias}\n")
 
 
-def names_in_use(code: str | ast.Module) -> frozenset[str]:
-    """Names read anywhere in ``code`` (source text, or its ``ast`` already parsed) where no
-    enclosing function rebinds them.
+@functools.lru_cache(maxsize=4)  # the import steps ask twice of one text
+def names_in_use(text: str) -> frozenset[str]:
+    """Names read anywhere in source ``text`` where no enclosing function rebinds them.
 
     Uses Python's ``ast`` (C speed) on the generated text: a second LibCST walk of the whole
     file cost as much as the translation pass itself.
     """
-    return _names_in_text(code) if isinstance(code, str) else _names_in_tree(code)
-
-
-@functools.lru_cache(maxsize=4)
-def _names_in_text(text: str) -> frozenset[str]:
-    return _names_in_tree(parsed(text))  # the import steps ask twice of one text
-
-
-def _names_in_tree(tree: ast.Module) -> frozenset[str]:
     used: set[str] = set()
 
     def bound_in(fn) -> set[str]:
@@ -132,7 +123,7 @@ def _names_in_tree(tree: ast.Module) -> frozenset[str]:
         for child in ast.iter_child_nodes(node):
             walk(child, shadow)
 
-    walk(tree, frozenset())
+    walk(parsed(text), frozenset())
     return frozenset(used)
 
 
@@ -205,22 +196,23 @@ def finalize_imports(
     tf.data), which is not residue. ``module_text``: how to read a module's code.
     """
     body = list(module.body)
-    bound_by_source = set().union(*(_bindings(stmt) for stmt in body if _is_source_import(stmt)))
+    sources = [_is_source_import(stmt) for stmt in body]
+    bound_by_source = set().union(*(_bindings(stmt) for stmt, source in zip(body, sources) if source))
     used: frozenset[str] = frozenset()
     if bound_by_source:
-        rest = module_text(module.with_changes(body=[stmt for stmt in body if not _is_source_import(stmt)]))
+        rest = module_text(module.with_changes(body=[stmt for stmt, source in zip(body, sources) if not source]))
         if not rest.isascii() or any(name in rest for name in bound_by_source):  # else nothing can read them
             used = names_in_use(module_text(module))
     removed: list[str] = []
     kept: list[cst.CSTNode] = []
     existing: dict[str, str] = {}
-    for stmt in body:
+    for stmt, source in zip(body, sources):
         if _is_import(stmt):
             for small in stmt.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
                     for local, full in import_bindings(small).items():
                         existing[local] = full
-        if _is_source_import(stmt):
+        if source:
             bound = _bindings(stmt)
             if not (set(bound) & used):
                 removed.append(cst.Module([]).code_for_node(stmt).strip())
