@@ -223,3 +223,33 @@ def test_next_points_step_along_the_ascent_and_only_round_0_steps_around():
     step = moved[0] - x[0]
     assert np.sqrt(np.mean(step**2)) == pytest.approx(1.0)
     assert np.allclose(step / np.linalg.norm(step), ascent[0] / np.linalg.norm(ascent[0]))
+
+
+def test_through_the_daemon_an_edit_is_searched_afresh_and_later_rounds_reuse_the_built_translation(tmp_path):
+    """What a search's rounds keep in the workers between jobs (``between_jobs.py``) is named
+    by the translation's content: the wrong axis written over a correct translation, in the
+    same file and through the same warm workers, is still found."""
+    (tmp_path / "pyproject.toml").write_text("[tool.tern.verify]\n")
+    original = _package(tmp_path / "tf", "centering", TF_LAYERS, TF_TEST)
+    translated = _package(tmp_path / "jax", "centering", JAX_LAYERS, JAX_TEST)
+    daemon = ("--daemon", "auto")
+    try:
+        first = _verify(tmp_path, translated, original, *daemon)
+        (center,) = _cases(first, "centering.layers:Center")
+        assert center["status"] == "match" and center["search"]["rounds"] == 2, center
+        # the pool's affinity sent the later rounds where round 0 built the translation
+        assert center["search"]["reused"] == 2, center["search"]
+        layers = translated / "layers.py"
+        layers.write_text(JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0"))
+        edited = _verify(tmp_path, translated, original, *daemon)
+        (center,) = _cases(edited, "centering.layers:Center")
+        assert center["status"] == "mismatch", center
+        assert any(not p["ok"] and "search" in p["name"] for p in center["probes"])
+        assert center["search"]["reused"] == 2  # the edited translation, built in its own round 0
+        layers.write_text(JAX_LAYERS)  # and back: equivalent again, at the saved point too
+        back = _verify(tmp_path, translated, original, *daemon)
+        (center,) = _cases(back, "centering.layers:Center")
+        assert center["status"] == "match", center
+    finally:
+        subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(tmp_path)],
+                       capture_output=True, timeout=120)

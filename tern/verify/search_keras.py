@@ -20,6 +20,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.verify.arrays import origin_target, pack, read_case, replaced, unpack, write_case
+from tern.verify.between_jobs import kept
 from tern.verify.probes import judged_leaves
 from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
 from tern.verify.search import next_points
@@ -38,10 +39,13 @@ def search_keras(payload: dict, scratch: Path) -> dict:
             results[ident] = "no point from the translation's side"
             continue
         try:
-            meta, arrays = read_case(directory, ident)
             point, point_arrays = read_case(source, ident)
             with float64_policy(payload.get("keras", "keras3")), sorted_orders():
-                found, found_arrays = _next(meta, arrays, point, point_arrays, payload["round"])
+                # the recording's directory is named by its content's hash: what is built
+                # from it is kept for the next round (``between_jobs.py``)
+                meta, call = kept(("search", str(directory), ident, payload.get("keras", "keras3")),
+                                  lambda: _built(directory, ident))
+                found, found_arrays = _next(meta, call, point, point_arrays, payload["round"])
             write_case(out, ident, found, found_arrays)
             results[ident] = "ok"
         except Exception:  # noqa: BLE001 - this case is not searched further; the reason comes back
@@ -107,10 +111,18 @@ def _traced(compute: Callable, tensors: list, floats: list[np.ndarray], cotangen
     return outputs, [np.zeros_like(a) if g is None else np.asarray(tf.convert_to_tensor(g)) for a, g in zip(floats, grads)]
 
 
-def _next(meta: dict, arrays: Any, point: dict, point_arrays: Any, round_index: int) -> tuple[dict, list]:
+def _built(directory: Path, ident: str) -> tuple[dict, Callable]:
+    """``(meta, call)`` of a recorded case: the Keras layer rebuilt (under the float64
+    policy the caller set) or the original function."""
+    meta, stored = read_case(directory, ident)
+    with stored:
+        arrays = replaced(stored, [], [])
+    return meta, (_keras_function if meta.get("kind") == "function" else _keras_layer)(meta, arrays)
+
+
+def _next(meta: dict, call: Callable, point: dict, point_arrays: Any, round_index: int) -> tuple[dict, list]:
     import tensorflow as tf
 
-    call = (_keras_function if meta.get("kind") == "function" else _keras_layer)(meta, arrays)
     x = [np.asarray(a, np.float64) for a in unpack(point["x"], point_arrays)]
     if point.get("g") is None:  # the translation could not be differentiated there: no ascent
         ascent = [np.zeros_like(a) for a in x]

@@ -21,6 +21,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.verify.arrays import array_paths, pack, read_case, replaced, unpack, write_case
+from tern.verify.between_jobs import held, kept
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
@@ -43,7 +44,7 @@ def search_round(payload: dict, scratch: Path) -> dict:
     results = {}
     for case in payload["cases"]:
         try:
-            results[case["id"]] = _round(case, out)
+            results[case["id"]] = _round(case, out, payload.get("translation", ""))
         except Exception:  # noqa: BLE001 - this case is not searched further; the reason comes back
             # the error's own line, not JAX's closing note on the frames it filtered
             results[case["id"]] = {"error": without_jax_notice(traceback.format_exc(limit=2)).strip().splitlines()[-1][:300]}
@@ -176,13 +177,26 @@ def _compiled_or_eager(function: Callable) -> Callable:
     return call
 
 
-def _round(case: dict, out: Path) -> dict:
+def _built(directory: str, ident: str) -> tuple[dict, dict, Callable, list]:
+    """``(meta, arrays, run, the recorded float inputs)`` of a recorded case: the weights
+    ported as for the replay, outside x64."""
+    meta, stored = read_case(Path(directory), ident)
+    with stored:
+        arrays = replaced(stored, [], [])  # read whole: it may be kept for the next round
+    run, recorded_floats = (_function_runner if meta.get("kind") == "function" else _layer_runner)(meta, arrays)
+    return meta, arrays, run, recorded_floats
+
+
+def _round(case: dict, out: Path, translation: str) -> dict:
+    """``translation`` names the translated code (location and closure hash) or is "" when
+    nothing may be kept between rounds (``between_jobs.py``)."""
     import jax
 
-    meta, arrays = read_case(Path(case["dir"]), case["id"])
-    runner = _function_runner if meta.get("kind") == "function" else _layer_runner
+    # the PRNG this job runs with too: a kept key of another implementation would be stale
+    key = ("search", translation, case["dir"], case["id"], jax.config.jax_default_prng_impl) if translation else None
+    reused = held(key)
+    meta, arrays, run, recorded_floats = kept(key, lambda: _built(case["dir"], case["id"]))
     tolerance = case.get("tolerance")
-    run, recorded_floats = runner(meta, arrays)  # weights ported as for the replay, outside x64
     with jax.enable_x64(True):
         checks, evaluated = [], []
         for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays, recorded_floats):
@@ -206,5 +220,5 @@ def _round(case: dict, out: Path) -> dict:
                                  "g": None if grads is None else pack(grads, saved)}, saved)
     failed = [c for c in checks if not c["ok"]]
     worst = max((c for c in checks if "used" in c), key=lambda c: c["used"], default=None)
-    return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks),
+    return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks), "reused": reused,
             "checks": failed or ([worst] if worst else [])}

@@ -47,7 +47,7 @@ async def search_module(verifier: Any, module: str, value: dict, recording_dir: 
     final = verifier.cache.recordings / key
     found = verifier.cache.get(key, "search") if final.is_dir() else None
     if found is None:
-        found = await _rounds(verifier, module, ids, saved, tolerances, recording_dir, jax_root, tf_root, key, rounds)
+        found = await _rounds(verifier, module, ids, saved, tolerances, recording_dir, jax_root, tf_root, key, rounds, closure)
         if found is None:
             return value
         verifier.cache.put(key, "search", found)
@@ -56,17 +56,21 @@ async def search_module(verifier: Any, module: str, value: dict, recording_dir: 
 
 
 async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, tolerances: dict, recording_dir: str,
-                  jax_root: Path, tf_root: Path, key: str, rounds: int) -> dict | None:
+                  jax_root: Path, tf_root: Path, key: str, rounds: int, closure: str) -> dict | None:
     recordings = verifier.cache.recordings
     partial = recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
     partial.mkdir(parents=True)
     kind = "tf_keras" if verifier.config.keras == "tf_keras" else "tf"
     verifier.phases.setdefault("search", 0.0)
-    results: dict[str, dict] = {i: {"checks": [], "points": 0, "judged": 0, "rounds": 0} for i in ids}
+    results: dict[str, dict] = {i: {"checks": [], "points": 0, "judged": 0, "rounds": 0, "reused": 0} for i in ids}
+    # what the JAX rounds may keep between them names the translation whole; nothing when
+    # its closure could not be hashed
+    translation = keys.digest(str(jax_root), module, closure) if closure != "missing" else ""
     live, points, best = list(ids), "", ""
     for k in range(rounds + 1):
-        payload = {"module": module, "cases": [{"dir": recording_dir, "id": i, "tolerance": tolerances[i], "points": points,
-                                                "best": best, "saved": saved[i] if k == 0 else []} for i in live]}
+        payload = {"module": module, "translation": translation,
+                   "cases": [{"dir": recording_dir, "id": i, "tolerance": tolerances[i], "points": points, "best": best,
+                              "saved": saved[i] if k == 0 else []} for i in live]}
         jax_dir = partial / f"j{k}"
         answer, failure, _ = await verifier._run("search", None, verifier._job(
             "jax", "tern.verify.tasks:search_round", payload, jax_root, output=str(jax_dir)))
@@ -80,6 +84,7 @@ async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, toler
                 continue
             row["points"] += got["points"]
             row["judged"] += got["judged"]
+            row["reused"] += bool(got.get("reused"))  # JAX rounds that found the translation built
             row["rounds"] = k
             row["checks"].extend({**c, "input": f"t{k - 1}/{ident}" if c.get("point") is None else c["point"]}
                                  for c in got["checks"])
@@ -118,7 +123,7 @@ def _merged(case: dict, found: dict | None, final: Path, state_dir: Path) -> dic
               for c in found["checks"]]
     judged = [c for c in checks if "used" in c]
     worst = max(judged, key=lambda c: (not c["ok"], c["used"]), default=None)
-    summary = {k: found[k] for k in ("points", "judged", "rounds", "not_searched") if k in found}
+    summary = {k: found[k] for k in ("points", "judged", "rounds", "reused", "not_searched") if k in found}
     if worst is not None:
         summary["largest"] = {k: worst[k] for k in ("name", "ok", "max_abs", "max_rel", "used", "input")}
     merged = {**case, "probes": case.get("probes", []) + checks, "search": summary}
