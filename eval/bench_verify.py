@@ -105,7 +105,7 @@ async def tern_runs(names: list[str], project: Path) -> dict:
         for name in names:
             _edit(copies / name, "warm")
             warm_cache = Cache(state)
-            warm_cache.skip_kinds = {"replay", "tests", "search"}
+            warm_cache.skip_kinds = {"replay", "tests", "search", "inits"}
             started = time.perf_counter()
             warm = await PackageVerifier(FIXTURES / name, copies / name, runner=runner, cache=warm_cache, config=VerifyConfig()).verify()
             warm_s = time.perf_counter() - started

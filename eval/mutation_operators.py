@@ -2,7 +2,7 @@
 
 Each operator looks at one kind of node and proposes replacements, each a plausible
 translation bug (an activation swapped, ``deterministic`` inverted, an epsilon moved out of
-a square root, ...). ``mutants(source)`` lists every mutant of a module's source with the
+a square root, a written-out Keras initializer dropped, ...). ``mutants(source)`` lists every mutant of a module's source with the
 operator, the lines it touches and a short description; applying one is
 ``module.deep_replace(old, new)``, so the rest of the file stays byte for byte.
 
@@ -32,9 +32,13 @@ COMPARE = {cst.LessThan: cst.LessThanEqual, cst.LessThanEqual: cst.LessThan, cst
 MODE_KEYWORDS = {"training", "deterministic", "use_running_average", "train", "is_training"}
 SQRTS = {"sqrt", "rsqrt"}
 PERMUTES = {"transpose", "permute_dims"}
+#: Flax keywords whose Flax default differs from Keras's (LeCun normal kernels, unit-normal
+#: embeddings, against Glorot uniform and uniform(-0.05, 0.05)): a translation that drops
+#: the written-out Keras default starts training elsewhere
+INIT_KEYWORDS = {"kernel_init", "embedding_init", "recurrent_kernel_init", "depthwise_init", "pointwise_init"}
 OPERATORS = ("arith", "compare", "constant", "off_by_one", "activation", "mode_flag", "axis", "sqrt_epsilon",
              "drop_term", "scale_output", "transpose", "reshape", "reduction", "default_arg", "loop_bound",
-             "negation", "where_swap", "bool_op")
+             "negation", "where_swap", "bool_op", "initializer")
 
 
 @dataclass(frozen=True)
@@ -256,6 +260,9 @@ class _Finder(cst.CSTVisitor):
                 self._add("axis", node, node.deep_replace(arg, arg.with_changes(value=_int(number - 1 if number else 1))))
             if keyword in MODE_KEYWORDS:
                 self._add("mode_flag", node, node.deep_replace(arg, arg.with_changes(value=_negated(arg.value))))
+            if keyword in INIT_KEYWORDS and "lecun_normal" not in self.code(arg.value):
+                self._add("initializer", node, node.with_changes(args=[a for a in node.args if a is not arg]),
+                          f"{keyword}=... dropped: Flax's default instead")
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is None or not self.functions or (self.classes and self.functions[-1] != "__call__"):

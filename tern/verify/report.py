@@ -152,13 +152,15 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                                   "note": case.get("note", "")})
                 continue
             row.cases_total += 1
-            checks = case.get("outputs", []) + case.get("gradients", []) + case.get("state", []) + case.get("interface", [])
+            checks = (case.get("outputs", []) + case.get("gradients", []) + case.get("state", []) + case.get("interface", [])
+                      + case.get("init", []))
             probes = case.get("probes", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
                               "compared": [_summary(c) for c in checks],
                               **({"probes": [_summary(c) for c in probes], "probe_ms": case.get("probe_ms")}
                                  if probes else {}),
                               **({"search": case["search"]} if case.get("search") else {}),
+                              **({"init_notes": case["init_notes"]} if case.get("init_notes") else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:

@@ -36,6 +36,7 @@ from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import JobAnswer, PackageReport, build_rows
 from tern.verify.static_defaults import static_default_checks
+from tern.verify.init_run import inits_module
 from tern.verify.search_run import search_module
 from tern.verify.step_report import training_summary
 
@@ -157,6 +158,7 @@ class PackageVerifier:
                     value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
         if value is None or value.get("import_error"):
             return JobAnswer(value, failure, hit)
+        value = await inits_module(self, module, value, recording_dir, jax_root, closure)
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
         value = await search_module(self, module, value, recording_dir, jax_root, tf_root, closure)
         return JobAnswer(value, failure, hit)

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 from tern.verify.files_run import files_run
+from tern.verify.init_keras import init_samples
+from tern.verify.init_replay import init_compare
 from tern.verify.junit import run_pytest
 from tern.verify.record import record_tests
 from tern.verify.reference import reference_float64
@@ -15,8 +17,8 @@ from tern.verify.search_keras import search_keras
 from tern.verify.search_replay import search_round
 from tern.verify.step_replay import replay_steps
 
-__all__ = ["record_tests", "reference_float64", "replay_module", "replay_steps", "sample_calls", "search_keras",
-           "search_round", "translated_tests"]
+__all__ = ["init_compare", "init_samples", "record_tests", "reference_float64", "replay_module", "replay_steps",
+           "sample_calls", "search_keras", "search_round", "translated_tests"]
 
 
 def translated_tests(payload: dict, scratch: Path) -> dict:

@@ -1,0 +1,82 @@
+"""JAX worker task: the translation's initial weights of recorded layers, compared with
+Keras's (``inits.py``).
+
+Per case, the translated module is built the way the original was (``layer_call.py``) and
+its ``init`` run ``RUNS`` times on the recorded inputs, every RNG stream folded with the
+run's index (one compilation: the keys are its argument). The marker units the TF job made
+are placed into the translation's variable tree as real weights are (``graft.py``); each
+placed leaf's markers say which Keras weight and element every one of its elements is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tern.verify.arrays import read_case, replaced, unpack
+from tern.verify.graft import graft
+from tern.verify.inits import RUNS, compare_inits, keras_layout, leaves_of
+from tern.verify.layer_call import layer_call
+from tern.verify.replay import call_kwargs, without_jax_notice
+from tern.verify.search import QUICK_COMPILE
+
+
+def init_compare(payload: dict, scratch: Path) -> dict:
+    """Task: per case of ``payload["cases"]`` (``{"dir": recording, "id", "inits": the TF
+    job's directory}``), ``{"checks", "notes"}`` or ``{"error"}``."""
+    try:
+        importlib.import_module(payload["module"])
+    except BaseException:  # noqa: BLE001 - the replay reports the import failure
+        return {"import_error": traceback.format_exc(limit=-2)[-1000:], "cases": {}}
+    results = {}
+    for case in payload["cases"]:
+        try:
+            results[case["id"]] = _compared(case)
+        except Exception:  # noqa: BLE001 - this case's inits are not compared; the reason comes back
+            results[case["id"]] = {"error": without_jax_notice(traceback.format_exc(limit=2)).strip().splitlines()[-1][:300]}
+    return {"import_error": "", "cases": results}
+
+
+def _compared(case: dict) -> dict:
+    import jax
+
+    meta, stored = read_case(Path(case["dir"]), case["id"])
+    with stored:
+        arrays = replaced(stored, [], [])
+    made, made_stored = read_case(Path(case["inits"]), case["id"])
+    with made_stored:
+        made_arrays = replaced(made_stored, [], [])
+    call = layer_call(meta, arrays, call_kwargs)
+    args, kwargs = call.call_inputs(call.floats, call.rest)
+
+    def init(run: Any) -> Any:
+        rngs = {name: jax.random.fold_in(key, run) for name, key in call.rngs.items()}
+        return call.module.init(rngs, *args, **kwargs)
+
+    # one compilation for every run (the run's index is its argument), compiled quickly: it
+    # runs RUNS times, on fixture-sized layers
+    compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
+    runs = [leaves_of(compiled(run)) for run in range(RUNS)]
+    units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
+    zeros = {path: np.zeros(np.shape(leaf)) for path, leaf in runs[0].items()}
+    placed_tree, problems = graft(_tree(zeros), units)
+    if problems:
+        return {"error": "markers: " + "; ".join(problems)}
+    placed = [(marker, np.stack([np.asarray(r[path]) for r in runs])) for path, marker in leaves_of(placed_tree).items()]
+    shapes = [tuple(s) for s in made["shapes"]]
+    translation, problem = keras_layout(shapes, placed)
+    if problem:
+        return {"error": problem}
+    keras = unpack(made["runs"], made_arrays)
+    checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
+    return {"checks": checks, "notes": notes}
+
+
+def _tree(leaves: dict[tuple[str, ...], Any]) -> dict:
+    from tern.verify.graft import unflatten
+
+    return unflatten(leaves)

@@ -1,0 +1,162 @@
+"""Initial weights compared as distributions: the translation's ``init`` against Keras's
+initializers.
+
+The replay ports Keras's weights into the translation, so nothing it compares depends on how
+either side initializes them; yet a model trained from scratch starts from them, and Keras
+and Flax disagree on most defaults (Dense kernels: Glorot uniform against LeCun normal;
+embeddings: uniform(-0.05, 0.05) against a unit normal; LSTM recurrent kernels: one
+orthogonal matrix against one per gate). So, per replayed layer or model (the first case
+of each that the replay found equal):
+
+* a TF job (``init_keras.py``) draws every weight ``RUNS`` times from the initializer the
+  layer built afresh made it with (or builds the layer that many times), with the layout of the
+  port: the units ``port.py`` makes when each weight's value is its elements' numbers
+  (``markers``), which the JAX side places into its tree as it places real weights;
+* a JAX job (``init_replay.py``) runs the translation's ``init`` ``RUNS`` times (every RNG
+  stream folded with the run's index) and reads each Flax element back to the Keras weight
+  and element its marker names. A port that computes instead of moving values (markers
+  that are not whole numbers, named twice or never) leaves the layer not compared;
+* each weight's two sets of runs are compared as distributions (``init_check``: the
+  energy-distance permutation test on whole runs that sampled outputs get, and KS tests on
+  each run's mean, mean square, mean fourth power and largest magnitude, at ``ALPHA``).
+  A difference is a mismatch of the case, named ``init of <weight>``.
+
+A weight Keras gives the same values on every run is compared too when it is built that
+way (an LSTM's bias: zeros, and ones for the forget gate); when its values look drawn, its
+initializer was seeded (``GlorotUniform(seed=1)``), the translation cannot draw the same,
+and the weight is listed as not compared, as are layers larger than ``MAX_ELEMENTS``.
+Keys and seeds are fixed, so a rerun gives the same verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tern.verify.distributions import ALPHA, PERMUTATIONS, energy_test
+
+RUNS = 50  # inits per side: distributions.MIN_RUNS, the fewest its tests say anything with
+SEED = 104_729  # Keras is seeded with SEED + run; the translation's streams are folded with the run
+#: a weight Keras gives the same on every run with at most this many distinct values is
+#: deterministic by construction (an LSTM's bias: zeros, ones for the forget gate) and
+#: compared; with more, its initializer was seeded, and the translation cannot draw the same
+STRUCTURED = 8
+MAX_ELEMENTS = 1 << 18
+BUDGET_SECONDS = 3.0  # fresh builds of one layer, where its initializers cannot be drawn from directly  # weights of one layer, all runs of one side: RUNS x this many values at most
+
+
+def markers(shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """Per weight, its elements numbered from the weight's offset: every element of the
+    layer a distinct whole number (exact in float32 below 2**24)."""
+    found, offset = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        found.append(np.arange(offset, offset + size, dtype=np.float32).reshape(shape))
+        offset += size
+    return found
+
+
+def keras_layout(shapes: list[tuple[int, ...]], placed: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np.ndarray | None], str]:
+    """The translation's runs in Keras's layout: per weight ``(runs, *shape)``, or None for a
+    weight no variable holds, from ``placed`` pairs of (the marker leaf as grafted, that
+    leaf's runs ``(runs, *leaf shape)``); and why nothing could be read (markers that are
+    not whole numbers, or name an element twice), else ""."""
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    total = sum(sizes)
+    runs = placed[0][1].shape[0] if placed else 0
+    flat = np.full((runs, total), np.nan)
+    seen = np.zeros(total, np.int64)
+    for marker, values in placed:
+        numbers = np.asarray(marker, np.float64).reshape(-1)
+        if numbers.size and (not np.all(np.isfinite(numbers)) or np.any(numbers != np.round(numbers))
+                             or numbers.min() < 0 or numbers.max() >= total):
+            return [], "the port computes weights instead of moving them (a marker is not an element's number)"
+        index = numbers.astype(np.int64)
+        np.add.at(seen, index, 1)
+        flat[:, index] = np.asarray(values, np.float64).reshape(runs, -1)
+    if np.any(seen > 1):
+        return [], "a Keras weight is placed twice in the translation (tied weights)"
+    found, offset = [], 0
+    for shape, size in zip(shapes, sizes):
+        part = slice(offset, offset + size)
+        found.append(flat[:, part].reshape((runs, *shape)) if np.all(seen[part] == 1) else None)
+        offset += size
+    return found, ""
+
+
+def compare_inits(names: list[str], translation: list[np.ndarray | None], keras: list[np.ndarray],
+                  trainable: list[bool] | None = None) -> tuple[list[dict], list[str]]:
+    """``(checks, notes)``: per trainable weight a distribution check named ``init of
+    <name>``, or a note why it is not compared. State (a batch norm's moving statistics) is
+    not compared: ``init`` runs a call, and a call in training mode moves it."""
+    checks, notes = [], []
+    trainable = trainable if trainable is not None else [True] * len(names)
+    state = [name for name, kept in zip(names, trainable) if not kept and "seed_generator" not in name]
+    if state:
+        notes.append(f"initial state not compared (a call in training mode moves it): {', '.join(state)}")
+    for name, got, want, kept in zip(names, translation, keras, trainable):
+        want = np.asarray(want, np.float64)
+        if "seed_generator" in name or not kept:
+            continue  # a Keras RNG state is not a weight: the translation keeps its keys elsewhere
+        if got is None:
+            notes.append(f"init of {name}: not held whole by any variable of the translation; not compared")
+        elif len(want) > 1 and np.all(want == want[:1]) and np.unique(want[0]).size > STRUCTURED:
+            notes.append(f"init of {name}: Keras gives the same values on every run (a seeded initializer); not compared")
+        else:
+            checks.append(init_check(f"init of {name}", got, want))
+    return checks, notes
+
+
+#: per run, each side: statistics of a weight's elements whose distributions over the runs
+#: are compared (a bounded uniform and a normal of the same variance differ in the last two)
+STATISTICS = {"mean": lambda x: x.mean(axis=1), "mean square": lambda x: (x * x).mean(axis=1),
+              "mean fourth power": lambda x: (x**4).mean(axis=1), "largest magnitude": lambda x: np.abs(x).max(axis=1)}
+
+
+def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: float = ALPHA) -> dict:
+    """One weight's initial values, ``(runs, *shape)`` per side, compared as distributions:
+    the energy-distance permutation test on whole runs (``distributions.energy_test``) and
+    two-sample KS tests on each run's ``STATISTICS`` (Bonferroni), each family at
+    ``alpha / 2``. Runs are independent and exchangeable when nothing differs, so both are
+    exact whatever the dependence within a run (an orthogonal matrix's elements). Per-element
+    tests, as for sampled outputs, would cost a second per weight and add little: a weight's
+    elements are mostly drawn alike. A check in the shape of ``tolerance.compare``'s."""
+    from scipy.stats import ks_2samp
+
+    a = np.asarray(got_runs, np.float64).reshape(len(got_runs), -1)
+    b = np.asarray(want_runs, np.float64).reshape(len(want_runs), -1)
+    if a.shape[1:] != b.shape[1:]:
+        return {"name": name, "ok": False, "problem": f"{a.shape[1]} elements, keras {b.shape[1]}"}
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return {"name": name, "ok": False, "problem": "non-finite initial values"}
+    p_energy = energy_test(a, b)
+    p_stats = {key: float(np.nan_to_num(ks_2samp(f(a), f(b), method="asymp").pvalue, nan=1.0))
+               for key, f in STATISTICS.items()}
+    where, p_min = min(p_stats.items(), key=lambda kv: kv[1])
+    adjusted = min(1.0, p_min * len(p_stats))
+    ok = bool(adjusted >= alpha / 2 and p_energy >= alpha / 2)
+    summary = {"runs": [len(a), len(b)], "alpha": alpha,
+               "energy": {"test": "energy distance, permutations of the runs", "permutations": PERMUTATIONS, "p": p_energy},
+               "ks": {"test": "two-sample Kolmogorov-Smirnov on per-run statistics, Bonferroni", "tests": len(p_stats),
+                      "p_adjusted": adjusted, "where": where},
+               "mean": [float(a.mean()), float(b.mean())], "std": [float(a.std()), float(b.std())]}
+    check = {"name": name, "ok": ok, "distribution": summary}
+    if not ok:
+        found = ([f"energy distance over whole runs p = {p_energy:.2g}"] if p_energy < alpha / 2 else []) + \
+                ([f"KS on each run's {where}, Bonferroni-adjusted p = {adjusted:.2g}"] if adjusted < alpha / 2 else [])
+        check["problem"] = (f"initial values differ in distribution ({'; '.join(found)}; {len(a)} runs a side): mean "
+                            f"{summary['mean'][0]:.4g} vs keras {summary['mean'][1]:.4g}, std {summary['std'][0]:.4g} vs "
+                            f"keras {summary['std'][1]:.4g}")
+    return check
+
+
+def too_large(shapes: list[tuple[int, ...]]) -> bool:
+    return sum(int(np.prod(s, dtype=np.int64)) for s in shapes) > MAX_ELEMENTS
+
+
+def leaves_of(tree: Any) -> dict[tuple[str, ...], Any]:
+    """A variable tree's leaves by path, the derived collections (``graft.DERIVED``) left out."""
+    from tern.verify.graft import DERIVED, flatten
+
+    return {path: leaf for path, leaf in flatten(dict(tree)).items() if path[0] not in DERIVED}

@@ -1,0 +1,108 @@
+"""Initial weights compared as distributions (``inits.py``): the element numbering that
+reads the translation's variables back in Keras's layout, the tests, and planted
+initializer bugs found through the CLI on a real tree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tern.verify.inits import compare_inits, init_check, keras_layout, markers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_markers_read_a_transposed_and_split_port_back_in_keras_layout():
+    shapes = [(2, 3), (4,)]
+    kernel_marks, bias_marks = markers(shapes)
+    assert sorted(np.concatenate([kernel_marks.ravel(), bias_marks.ravel()])) == list(range(10))
+    rng = np.random.default_rng(0)
+    kernels, biases = rng.normal(size=(5, 2, 3)), rng.normal(size=(5, 4))
+    placed = [(kernel_marks.T, kernels.transpose(0, 2, 1)),  # a Flax kernel laid out the other way
+              (bias_marks[:2], biases[:, :2]), (bias_marks[2:], biases[:, 2:])]  # one Keras weight in two leaves
+    found, problem = keras_layout(shapes, placed)
+    assert problem == ""
+    assert np.array_equal(found[0], kernels) and np.array_equal(found[1], biases)
+
+
+def test_a_port_that_computes_or_ties_weights_is_not_read_and_an_unheld_weight_is_none():
+    shapes = [(2,), (2,)]
+    first, second = markers(shapes)
+    runs = np.ones((3, 2))
+    assert keras_layout(shapes, [(first * 0.5 + 0.25, runs), (second, runs)])[0] == []
+    assert "twice" in keras_layout(shapes, [(first, runs), (first, runs), (second, runs)])[1]
+    found, problem = keras_layout(shapes, [(first, runs)])
+    assert problem == "" and found[0] is not None and found[1] is None
+    checks, notes = compare_inits(["kernel", "bias"], found, [np.ones((3, 2)), np.ones((3, 2))])
+    assert [c["name"] for c in checks] == ["init of kernel"] and checks[0]["ok"]
+    assert "not held whole" in notes[0]
+
+
+def test_the_tests_tell_initializers_apart_and_pass_equal_ones():
+    rng = np.random.default_rng(1)
+    fan = 64
+    glorot = lambda: rng.uniform(-np.sqrt(3 / fan), np.sqrt(3 / fan), (50, fan, fan))  # noqa: E731 - variance 1/fan
+    assert init_check("k", glorot(), glorot())["ok"]
+    lecun = rng.normal(0, np.sqrt(1 / fan), (50, fan, fan))  # the same variance, another shape
+    check = init_check("k", lecun, glorot())
+    assert not check["ok"] and ("fourth power" in check["problem"] or "largest" in check["problem"])
+    wide = init_check("e", rng.uniform(-0.075, 0.075, (50, 100, 16)), rng.uniform(-0.05, 0.05, (50, 100, 16)))
+    assert not wide["ok"] and "std" in wide["problem"]
+    assert not init_check("b", np.zeros((50, 4)), np.ones((50, 4)))["ok"]
+    assert init_check("b", np.zeros((50, 4)), np.zeros((50, 4)))["ok"]
+
+
+def test_a_weight_keras_draws_the_same_every_run_is_compared_only_when_built_that_way():
+    rng = np.random.default_rng(2)
+    forget_gate = np.tile(np.array([0.0, 0.0, 1.0, 0.0]), (50, 1))  # an LSTM's bias: the same on every run
+    checks, notes = compare_inits(["bias"], [forget_gate.copy()], [forget_gate])
+    assert checks[0]["ok"] and not notes
+    checks, _ = compare_inits(["bias"], [rng.normal(size=(50, 4))], [forget_gate])
+    assert not checks[0]["ok"]
+    seeded = np.tile(rng.normal(size=(1, 16)), (50, 1))  # GlorotUniform(seed=1): drawn once, the same every run
+    checks, notes = compare_inits(["kernel"], [rng.normal(size=(50, 16))], [seeded])
+    assert checks == [] and "seeded" in notes[0]
+    checks, notes = compare_inits(["seed_generator/seed_generator_state"], [None], [np.zeros((50, 2))])
+    assert checks == [] and notes == []  # a Keras RNG state is no weight
+
+
+def _verify(project: Path, translated: Path, original: Path) -> dict:
+    out = project / "report.json"
+    run = subprocess.run([sys.executable, "-m", "tern", "verify", str(translated), "--original", str(original),
+                          "--daemon", "never", "--no-search", "--json", str(out)], cwd=project, capture_output=True,
+                         text=True, timeout=900)
+    assert out.exists(), run.stdout + run.stderr
+    return json.loads(out.read_text())
+
+
+def test_planted_initializer_bugs_are_mismatches_named_by_weight(tmp_path):
+    """The fixture's translation with two Keras defaults lost: the embedding's uniform range
+    widened by half, and a Dense kernel from Flax's own default (LeCun normal) instead of
+    Keras's Glorot uniform. The replay ports Keras's weights, so it cannot see either."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    original = ROOT / "fixtures" / "tf" / "embedding_pooling"
+    translated = tmp_path / "embedding_pooling"
+    shutil.copytree(ROOT / "fixtures" / "expected" / "embedding_pooling", translated)
+    model = translated / "model.py"
+    text = model.read_text()
+    bag, _, rest = text.partition("def build_positional_classifier")
+    bag = bag.replace("minval=-0.05, maxval=0.05", "minval=-0.075, maxval=0.075")
+    rest = rest.replace("nn.Dense(2, kernel_init=nn.initializers.glorot_uniform())", "nn.Dense(2)")
+    assert bag != text.partition("def build_positional_classifier")[0] and "nn.Dense(2)(" in rest
+    model.write_text(bag + "def build_positional_classifier" + rest)
+    report = _verify(tmp_path, translated, original)
+    cases = [c for p in report["packages"] for row in p["rows"] for c in row["cases"]]
+    for target, weight in (("build_bag_of_embeddings", "init of embedding/embeddings"),
+                           ("build_positional_classifier", "init of dense/kernel")):
+        compared = [c for c in cases if c["target"].endswith(f":{target}") and any("init of" in x["name"] for x in c["compared"])]
+        assert len(compared) == 1, compared  # the first case of each model the tests build
+        assert compared[0]["status"] == "mismatch", compared[0]
+        failed = [c["name"] for c in compared[0]["compared"] if not c["ok"]]
+        assert failed == [weight], failed  # every other weight, and every output, agrees
+    problems = [p for package in report["packages"] for row in package["rows"] for p in row["problems"]]
+    assert any("init of embedding/embeddings" in p and "initial values differ" in p for p in problems), problems
