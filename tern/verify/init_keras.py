@@ -14,6 +14,7 @@ learns which of its variables' elements is which Keras weight's.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from pathlib import Path
@@ -32,7 +33,16 @@ def init_samples(payload: dict, scratch: Path) -> dict:
     """Task: per id of ``payload["cases"]`` (recorded in ``payload["dir"]``), Keras's runs
     and the marker units, written to ``scratch / OUTPUT``; "ok" or why not, per id."""
     flavour = payload.get("keras", "keras3")
-    return per_case(payload, scratch, lambda meta, arrays: _inits(meta, arrays, flavour))
+    configurations: dict[str, str] = {}  # the layer and its constructor's arguments -> the case that drew them
+
+    def once_per_configuration(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
+        configuration = json.dumps([meta.get("target"), meta.get("origin")], sort_keys=True, default=str)
+        if configuration in configurations:
+            raise ValueError(f"the same layer and configuration as case {configurations[configuration]}: compared there")
+        configurations[configuration] = meta["id"]
+        return _inits(meta, arrays, flavour)
+
+    return per_case(payload, scratch, once_per_configuration)
 
 
 def _seed(flavour: str, seed: int) -> None:

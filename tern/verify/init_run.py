@@ -2,9 +2,9 @@
 from a TF job cached by the recording, the translation's from a JAX job cached by the
 recording and the translation, merged into the module's replay result.
 
-Only cases the replay found equal, and only the first of each layer or model, are
-compared: a mismatch is already a finding, and the same class built again mostly
-initializes the same way (a second constructor configuration is not compared).
+Only cases the replay found equal, and only the first of each layer or model and
+constructor configuration, are compared: a mismatch is already a finding, and a layer built
+again the same way initializes the same way.
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ from tern.verify import keys
 
 
 def compared_ids(cases: list[dict]) -> list[str]:
-    """The first case the replay found equal of each layer or model (functions and
-    configurations are told apart by the TF job: they have no weights to initialize)."""
-    first: dict[str, str] = {}
-    for case in cases:
-        if case.get("status") == Status.MATCH and not case.get("eager"):
-            first.setdefault(case["target"], case["id"])
-    return list(first.values())
+    """The cases the replay found equal; the TF job keeps the first of each layer and
+    constructor configuration (functions and training configurations have no weights)."""
+    return [case["id"] for case in cases if case.get("status") == Status.MATCH and not case.get("eager")]
 
 
 async def inits_module(verifier: Any, module: str, value: dict, recording_dir: str, jax_root: Path,
