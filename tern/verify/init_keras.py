@@ -5,7 +5,8 @@ arguments), Keras seeded with ``SEED``, and called once on the recorded inputs s
 creates its weights; the initializer each variable was made with is noted as it is made,
 and drawn from ``RUNS - 1`` times more (an initializer object made again with the run's
 seed: one draws the same values on every call). Where an initializer cannot be known
-(``tf_keras``), the layer is built ``RUNS`` times instead, if that fits ``BUDGET_SECONDS``. The
+(``tf_keras``) or the layer changed a weight after creating it, the layer is built ``RUNS``
+times instead, if that fits ``BUDGET_SECONDS``. The
 port's units are made once more with each weight's value replaced by its elements' numbers
 (``inits.markers``): the translation's side places them as it places real weights, and so
 learns which of its variables' elements is which Keras weight's.
@@ -33,14 +34,20 @@ def init_samples(payload: dict, scratch: Path) -> dict:
     """Task: per id of ``payload["cases"]`` (recorded in ``payload["dir"]``), Keras's runs
     and the marker units, written to ``scratch / OUTPUT``; "ok" or why not, per id."""
     flavour = payload.get("keras", "keras3")
-    configurations: dict[str, str] = {}  # the layer and its constructor's arguments -> the case that drew them
+    seen: dict[str, str] = {}  # the layer and its constructor's arguments -> why a later case is not drawn
 
     def once_per_configuration(meta: dict, arrays: Any) -> tuple[dict, list[np.ndarray]]:
         configuration = json.dumps([meta.get("target"), meta.get("origin")], sort_keys=True, default=str)
-        if configuration in configurations:
-            raise ValueError(f"the same layer and configuration as case {configurations[configuration]}: compared there")
-        configurations[configuration] = meta["id"]
-        return _inits(meta, arrays, flavour)
+        if configuration in seen:
+            raise ValueError(seen[configuration])
+        same = f"the same layer and configuration as case {meta['id']}"
+        try:
+            made = _inits(meta, arrays, flavour)
+        except Exception as exc:
+            seen[configuration] = f"{same}, whose initial weights could not be drawn: {exc}"
+            raise
+        seen[configuration] = f"{same}: compared there"
+        return made
 
     return per_case(payload, scratch, once_per_configuration)
 
@@ -96,6 +103,20 @@ def _drawn(initializer: Any, shape: tuple[int, ...], dtype: Any, run: int) -> np
     return np.asarray(initializer(shape, dtype))
 
 
+def _holds_its_draw(variable: Any, initializer: Any) -> bool:
+    """Whether ``variable`` still holds what ``initializer`` gave it: a Keras initializer
+    object draws the same values on every call, so a second call tells. A layer that changes
+    a weight after creating it (in ``build``, in its first call), or an initializer that
+    draws anew on each call, gives False: its draws would not be the layer's."""
+    if not callable(initializer):
+        return False
+    try:
+        again = np.asarray(initializer(tuple(variable.shape), variable.dtype))
+    except Exception:  # noqa: BLE001 - an initializer that takes other arguments: build the layer again instead
+        return False
+    return again.shape == tuple(variable.shape) and np.array_equal(again, np.asarray(variable.numpy()))
+
+
 def _runs(meta: dict, arrays: Any, flavour: str) -> tuple[Any, list[list[np.ndarray]]]:
     """The first fresh layer and every run's weights: drawn again from the initializers the
     first build used (milliseconds), or, where one is not known (``tf_keras``), from as
@@ -106,7 +127,7 @@ def _runs(meta: dict, arrays: Any, flavour: str) -> tuple[Any, list[list[np.ndar
     seconds = time.perf_counter() - started
     variables = list(first.weights)
     runs = [[np.asarray(v.numpy()) for v in variables]]
-    if all(id(v) in made_with and callable(made_with[id(v)]) for v in variables):
+    if all(_holds_its_draw(v, made_with.get(id(v))) for v in variables):
         for run in range(1, RUNS):
             runs.append([_drawn(made_with[id(v)], tuple(v.shape), v.dtype, run) for v in variables])
         return first, runs
