@@ -86,7 +86,7 @@ class Project(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        return jnp.tanh(nn.Dense(self.units, name="dense")(x))
+        return jnp.tanh(nn.Dense(self.units, kernel_init=nn.initializers.glorot_uniform(), name="dense")(x))
 '''
 
 JAX_TEST = '''

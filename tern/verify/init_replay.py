@@ -3,7 +3,8 @@ Keras's (``inits.py``).
 
 Per case, the translated module is built the way the original was (``layer_call.py``) and
 its ``init`` run ``RUNS`` times on the recorded inputs, every RNG stream folded with the
-run's index (one compilation: the keys are its argument). The marker units the TF job made
+run's index, vmapped over the runs in one compiled call that returns the ``params``
+collection only (so XLA drops the forward pass). The marker units the TF job made
 are placed into the translation's variable tree as real weights are (``graft.py``); each
 placed leaf's markers say which Keras weight and element every one of its elements is.
 """
@@ -23,6 +24,10 @@ from tern.verify.inits import RUNS, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
 from tern.verify.replay import call_kwargs, without_jax_notice
 from tern.verify.search import QUICK_COMPILE
+
+#: the recorded inputs' values times the runs above which the inits run one by one (the
+#: vmapped call holds every run's activations at once)
+BATCHED_VALUES = 1 << 22
 
 
 def init_compare(payload: dict, scratch: Path) -> dict:
@@ -57,16 +62,19 @@ def _compared(case: dict) -> dict:
         rngs = {name: jax.random.fold_in(key, run) for name, key in call.rngs.items()}
         return call.module.init(rngs, *args, **kwargs)
 
-    # one compilation for every run (the run's index is its argument), compiled quickly: it
-    # runs RUNS times, on fixture-sized layers
-    compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
-    runs = [leaves_of(compiled(run)) for run in range(RUNS)]
+    def params(run: Any) -> Any:
+        """The trainable weights only: nothing returned depends on the call's activations,
+        so XLA drops the forward pass ``init`` makes (the state it moves is not compared)."""
+        return {"params": init(run).get("params", {})}
+
+    inputs = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves([args, kwargs]) if hasattr(leaf, "shape"))
+    stacked = _every_run(params, batched=inputs * RUNS <= BATCHED_VALUES)
     units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
-    zeros = {path: np.zeros(np.shape(leaf)) for path, leaf in runs[0].items()}
+    zeros = {path: np.zeros(leaf.shape) for path, leaf in leaves_of(jax.eval_shape(init, 0)).items()}
     placed_tree, problems = graft(_tree(zeros), units)
     if problems:
         return {"error": "markers: " + "; ".join(problems)}
-    placed = [(marker, np.stack([np.asarray(r[path]) for r in runs])) for path, marker in leaves_of(placed_tree).items()]
+    placed = [(marker, stacked[path]) for path, marker in leaves_of(placed_tree).items() if path in stacked]
     shapes = [tuple(s) for s in made["shapes"]]
     translation, problem = keras_layout(shapes, placed)
     if problem:
@@ -74,6 +82,25 @@ def _compared(case: dict) -> dict:
     keras = unpack(made["runs"], made_arrays)
     checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
     return {"checks": checks, "notes": notes}
+
+
+def _every_run(init: Any, batched: bool) -> dict[tuple[str, ...], np.ndarray]:
+    """Each variable's values over the runs, ``(RUNS, *shape)``: one compiled call of the
+    ``init`` vmapped over the runs' indices (compiled quickly: it runs once, on a
+    fixture-sized layer), or, where its inputs are large or vmapping fails, one compiled
+    call per run."""
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        if not batched:
+            raise ValueError("inputs too large to run every init at once")
+        stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(RUNS))
+        return {path: np.asarray(leaf) for path, leaf in leaves_of(stacked).items()}
+    except Exception:  # noqa: BLE001 - an init vmap cannot batch, or too large: run by run
+        compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
+        runs = [leaves_of(compiled(run)) for run in range(RUNS)]
+        return {path: np.stack([np.asarray(r[path]) for r in runs]) for path in runs[0]}
 
 
 def _tree(leaves: dict[tuple[str, ...], Any]) -> dict:
