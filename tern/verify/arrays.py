@@ -122,6 +122,14 @@ def read_case(directory: Path, name: str) -> tuple[dict, Any]:
     return meta, arrays
 
 
+def read_whole(directory: Path, name: str) -> tuple[dict, dict]:
+    """``read_case`` with every array read and the ``.npz`` closed: for what outlives the
+    call (kept between jobs) or reads its arrays many times."""
+    meta, stored = read_case(directory, name)
+    with stored:
+        return meta, replaced(stored, [], [])
+
+
 def replaced(arrays: Any, positions: list[int], values: list) -> dict:
     """A recording's arrays (an ``.npz`` or a dict, by ``a<i>`` name) with those at
     ``positions`` replaced by ``values`` (arrays, tensors or tracers), for ``unpack``: a

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import read_case, replaced, unpack
-from tern.verify.graft import graft
+from tern.verify.arrays import read_whole, unpack
+from tern.verify.graft import graft, unflatten
 from tern.verify.inits import RUNS, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
 from tern.verify.replay import call_kwargs, without_jax_notice
@@ -49,12 +49,8 @@ def init_compare(payload: dict, scratch: Path) -> dict:
 def _compared(case: dict) -> dict:
     import jax
 
-    meta, stored = read_case(Path(case["dir"]), case["id"])
-    with stored:
-        arrays = replaced(stored, [], [])
-    made, made_stored = read_case(Path(case["inits"]), case["id"])
-    with made_stored:
-        made_arrays = replaced(made_stored, [], [])
+    meta, arrays = read_whole(Path(case["dir"]), case["id"])
+    made, made_arrays = read_whole(Path(case["inits"]), case["id"])
     call = layer_call(meta, arrays, call_kwargs)
     args, kwargs = call.call_inputs(call.floats, call.rest)
 
@@ -71,7 +67,7 @@ def _compared(case: dict) -> dict:
     stacked = _every_run(params, batched=inputs * RUNS <= BATCHED_VALUES)
     units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
     zeros = {path: np.zeros(leaf.shape) for path, leaf in leaves_of(jax.eval_shape(init, 0)).items()}
-    placed_tree, problems = graft(_tree(zeros), units)
+    placed_tree, problems = graft(unflatten(zeros), units)
     if problems:
         return {"error": "markers: " + "; ".join(problems)}
     placed = [(marker, stacked[path]) for path, marker in leaves_of(placed_tree).items() if path in stacked]
@@ -92,18 +88,13 @@ def _every_run(init: Any, batched: bool) -> dict[tuple[str, ...], np.ndarray]:
     import jax
     import jax.numpy as jnp
 
-    try:
-        if not batched:
-            raise ValueError("inputs too large to run every init at once")
-        stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(RUNS))
-        return {path: np.asarray(leaf) for path, leaf in leaves_of(stacked).items()}
-    except Exception:  # noqa: BLE001 - an init vmap cannot batch, or too large: run by run
-        compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
-        runs = [leaves_of(compiled(run)) for run in range(RUNS)]
-        return {path: np.stack([np.asarray(r[path]) for r in runs]) for path in runs[0]}
+    if batched:
+        try:
+            stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(RUNS))
+            return {path: np.asarray(leaf) for path, leaf in leaves_of(stacked).items()}
+        except Exception:  # noqa: BLE001 - an init vmap cannot batch: run by run
+            pass
+    compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
+    runs = [leaves_of(compiled(run)) for run in range(RUNS)]
+    return {path: np.stack([np.asarray(r[path]) for r in runs]) for path in runs[0]}
 
-
-def _tree(leaves: dict[tuple[str, ...], Any]) -> dict:
-    from tern.verify.graft import unflatten
-
-    return unflatten(leaves)

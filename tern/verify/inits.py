@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from tern.verify.graft import DERIVED, flatten
 
 #: inits per side: a wrong initializer (another variance, bounds or shape) shifts some
 #: per-run statistic of a weight's elements; 50 runs a side show a complete separation at
@@ -44,11 +45,11 @@ SEED = 104_729  # Keras is seeded with SEED + run; the translation's streams are
 #: deterministic by construction (an LSTM's bias: zeros, ones for the forget gate) and
 #: compared; with more, its initializer was seeded, and the translation cannot draw the same
 STRUCTURED = 8
-MAX_ELEMENTS = 1 << 18
+MAX_ELEMENTS = 1 << 18  # weights of one layer: RUNS x this many values a side at most
 #: per weight: with hundreds of weights in a package, 1e-3 would give a false finding in
 #: about one package in three
 INIT_ALPHA = 1e-6
-BUDGET_SECONDS = 3.0  # fresh builds of one layer, where its initializers cannot be drawn from directly  # weights of one layer, all runs of one side: RUNS x this many values at most
+BUDGET_SECONDS = 3.0  # fresh builds of one layer, where its initializers cannot be drawn from directly
 
 
 def markers(shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
@@ -124,8 +125,9 @@ def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: fl
     two-sample KS tests on each run's ``STATISTICS``, Bonferroni-corrected, at ``alpha``.
     Runs are independent and exchangeable when nothing differs, so the tests are exact
     whatever the dependence within a run (an orthogonal matrix's elements). A wrong
-    initializer shifts some statistic far beyond what 50 runs a side leave to chance, so ``alpha`` can be small enough that the hundreds of weights of a
-    package give no false finding. Per-element tests and the energy test sampled outputs
+    initializer shifts some statistic far beyond what 50 runs a side leave to chance, so
+    ``alpha`` can be small enough that the hundreds of weights of a package give no false
+    finding. Per-element tests and the energy test sampled outputs
     get would cost more and say little here: a weight's elements are mostly drawn alike,
     and 4,000 permutations give no p-value below ``alpha``. A check in the shape
     of ``tolerance.compare``'s."""
@@ -166,6 +168,4 @@ def too_large(shapes: list[tuple[int, ...]]) -> bool:
 
 def leaves_of(tree: Any) -> dict[tuple[str, ...], Any]:
     """A variable tree's leaves by path, the derived collections (``graft.DERIVED``) left out."""
-    from tern.verify.graft import DERIVED, flatten
-
     return {path: leaf for path, leaf in flatten(dict(tree)).items() if path[0] not in DERIVED}
