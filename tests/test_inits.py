@@ -80,6 +80,22 @@ def _verify(project: Path, translated: Path, original: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def test_the_initial_weights_and_the_search_findings_merge_either_mismatch_winning():
+    from tern.status import Status
+    from tern.verify.run import _both
+
+    replayed = [{"id": i, "status": Status.MATCH} for i in "abc"]
+    inited = {"cases": [{**replayed[0], "init": [{"ok": False}], "status": Status.MISMATCH},
+                        {**replayed[1], "init": [{"ok": True}], "init_notes": ["state not compared"]}, replayed[2]]}
+    searched = {"import_error": "", "cases": [{**replayed[0], "search": {"rounds": 2}},
+                                              {**replayed[1], "search": {"rounds": 2}, "status": Status.MISMATCH},
+                                              replayed[2]]}
+    merged = {c["id"]: c for c in _both(inited, searched)["cases"]}
+    assert merged["a"] == {"id": "a", "status": Status.MISMATCH, "search": {"rounds": 2}, "init": [{"ok": False}]}
+    assert merged["b"]["status"] == Status.MISMATCH and merged["b"]["init_notes"] == ["state not compared"]
+    assert merged["c"] == replayed[2] and _both(inited, searched)["import_error"] == ""
+
+
 def test_planted_initializer_bugs_are_mismatches_named_by_weight(tmp_path):
     """The fixture's translation with two Keras defaults lost: the embedding's uniform range
     widened by half, and a Dense kernel from Flax's own default (LeCun normal) instead of

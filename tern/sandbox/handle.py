@@ -46,7 +46,8 @@ class WorkerHandle:
         self.live = live  # the pool's registry of spawned, unclosed workers
         self.chain = [process.pid]  # launcher(s) then the worker, found once it is ready
         self.jobs = 0
-        self.ran: set[tuple[str, tuple[str, ...]]] = set()  # (task, sys_path) of its jobs: pool affinity
+        # (task, sys_path) of its jobs -> when it last ran one (the pool's count): pool affinity
+        self.ran: dict[tuple[str, tuple[str, ...]], int] = {}
         self.start_seconds = 0.0
         self.ended: tuple[Cause, str] | None = None  # why the pool ended the current job
         self.forked = False  # the watchdog saw processes the current job started

@@ -92,6 +92,7 @@ class Sandbox:
         self._kinds: dict[str, _Kind] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        self._started_jobs = 0  # jobs handed to workers so far: which worker ran a task last
         self._live: set[WorkerHandle] = set()  # every spawned worker not yet closed
 
     async def __aenter__(self) -> "Sandbox":
@@ -147,7 +148,8 @@ class Sandbox:
             if isinstance(worker, JobResult):
                 return worker
             kind.busy.add(worker)
-            worker.ran.add((job.task, job.sys_path))
+            self._started_jobs += 1
+            worker.ran[(job.task, job.sys_path)] = self._started_jobs
             try:
                 result = await worker.run(job)
                 result = await self._collect(worker, job, result)
@@ -232,10 +234,11 @@ class Sandbox:
     async def _take(self, name: str, kind: _Kind, job: Job) -> WorkerHandle | JobResult:
         # Affinity: a worker that ran the same task on the same paths before has that
         # code's JAX traces and compiled primitives in memory; re-verifying is much faster there.
-        for index, candidate in enumerate(kind.idle):
-            if candidate.alive and (job.task, job.sys_path) in candidate.ran:
-                kind.idle.append(kind.idle.pop(index))
-                break
+        # The one that ran it last holds what the previous job kept (``between_jobs.py``).
+        last = {index: c.ran.get((job.task, job.sys_path), 0) for index, c in enumerate(kind.idle) if c.alive}
+        if last and max(last.values()):
+            index = max(last, key=last.__getitem__)
+            kind.idle.append(kind.idle.pop(index))
         while kind.idle:
             worker = kind.idle.pop()
             if worker.alive:

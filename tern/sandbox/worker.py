@@ -29,6 +29,7 @@ import json
 import math
 import os
 import resource
+import select
 import shutil
 import signal
 import struct
@@ -55,6 +56,10 @@ BLOCKED_IN_JAX = ("tensorflow", "keras", "tf_keras")
 # TensorFlow, never Keras. TF 2.21's `import tensorflow` tries `keras.src.optimizers`
 # eagerly and tolerates an ImportError; `tf.keras` then raises ImportError.
 BLOCKED_IN_JAX_TFDATA = ("keras", "tf_keras")
+#: what jobs of a kind import on first use, slowly, loaded while the worker has no job to
+#: run: verify's distribution tests (``scipy.stats``: 0.4 s) were otherwise paid by the first
+#: initial-weights job each JAX worker ran
+IDLE_IMPORTS = {"jax": ("scipy.stats",), "jax_tfdata": ("scipy.stats",)}
 _JOB_SIGNALS = (signal.SIGXCPU, signal.SIGALRM, signal.SIGINT, signal.SIGTERM)
 _HEADER = struct.Struct(">I")
 
@@ -148,6 +153,17 @@ def _freeze_startup_objects() -> None:
     otherwise walked all of it; a job's own objects are collected as before."""
     gc.collect()
     gc.freeze()
+
+
+def _import_while_idle(fd: int, names: list[str]) -> list[str]:
+    """Import ``names`` one by one while no job waits on ``fd``; the names still to import.
+    A job that arrives meanwhile waits for one import at most; an import that fails is the
+    job's to report, if a job needs it."""
+    while names and not select.select([fd], [], [], 0)[0]:
+        name = names.pop(0)
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    return names
 
 
 def _restore_signals(handlers: dict[int, Any]) -> None:
@@ -368,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     worker = Worker(args.kind, root, guard, tmp, args.pid_namespace)
     guard.install()  # last: the worker's own set-up is trusted
     write_frame(proto_out, {"ready": True, "pid": os.getpid(), "kind": args.kind})
-    while (frame := read_frame(proto_in)) is not None:
+    idle = list(IDLE_IMPORTS.get(args.kind, ()))
+    while True:
+        idle = _import_while_idle(proto_in, idle)
+        if (frame := read_frame(proto_in)) is None:
+            break
         write_frame(proto_out, asdict(worker.run(Job.from_json(frame.decode()))))
     return 0
 

@@ -30,6 +30,7 @@ import anyio
 
 from tern.features.tf_data.kept import tree_keeps_only_allowed_tf
 from tern.sandbox.jobs import Job, JobResult
+from tern.status import Status
 from tern.verify import keys
 from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
@@ -158,10 +159,19 @@ class PackageVerifier:
                     value, hit = {**value, "cases": [judged.get(c["id"], c) for c in value["cases"]]}, hit and again_hit
         if value is None or value.get("import_error"):
             return JobAnswer(value, failure, hit)
-        value = await inits_module(self, module, value, recording_dir, jax_root, closure)
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
-        value = await search_module(self, module, value, recording_dir, jax_root, tf_root, closure)
-        return JobAnswer(value, failure, hit)
+        checked: dict[str, dict] = {}
+
+        async def inits() -> None:
+            checked["inits"] = await inits_module(self, module, value, recording_dir, jax_root, closure)
+
+        async def search() -> None:
+            checked["search"] = await search_module(self, module, value, recording_dir, jax_root, tf_root, closure)
+
+        async with anyio.create_task_group() as group:  # neither needs the other: side by side on the workers
+            group.start_soon(inits)
+            group.start_soon(search)
+        return JobAnswer(_both(checked["inits"], checked["search"]), failure, hit)
 
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
                           closure: str, reference: str = "", samples: str = "") -> JobAnswer:
@@ -304,6 +314,20 @@ class PackageVerifier:
             seconds=round(time.perf_counter() - started, 4),
             cached_jobs=sum(1 for j in self.jobs if j["cached"]), jobs=len(self.jobs),
         )
+
+
+def _both(inited: dict, searched: dict) -> dict:
+    """The search's cases with the initial weights' findings added: each check started from
+    the same replay result, and either one's mismatch makes the case a mismatch."""
+    by_id = {case["id"]: case for case in inited.get("cases", [])}
+    cases = []
+    for case in searched.get("cases", []):
+        other = by_id.get(case["id"], {})
+        merged = {**case, **{k: other[k] for k in ("init", "init_notes") if k in other}}
+        if other.get("status") == Status.MISMATCH:
+            merged["status"] = Status.MISMATCH
+        cases.append(merged)
+    return {**searched, "cases": cases}
 
 
 def _describe_failure(result: JobResult | None) -> str:
