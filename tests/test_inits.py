@@ -71,10 +71,10 @@ def test_a_weight_keras_draws_the_same_every_run_is_compared_only_when_built_tha
     assert checks == [] and notes == []  # a Keras RNG state is no weight
 
 
-def _verify(project: Path, translated: Path, original: Path) -> dict:
+def _verify(project: Path, translated: Path, original: Path, daemon: str = "never") -> dict:
     out = project / "report.json"
     run = subprocess.run([sys.executable, "-m", "tern", "verify", str(translated), "--original", str(original),
-                          "--daemon", "never", "--no-search", "--json", str(out)], cwd=project, capture_output=True,
+                          "--daemon", daemon, "--no-search", "--json", str(out)], cwd=project, capture_output=True,
                          text=True, timeout=900)
     assert out.exists(), run.stdout + run.stderr
     return json.loads(out.read_text())
@@ -82,7 +82,7 @@ def _verify(project: Path, translated: Path, original: Path) -> dict:
 
 def test_the_initial_weights_and_the_search_findings_merge_either_mismatch_winning():
     from tern.status import Status
-    from tern.verify.run import _both
+    from tern.verify.run import both_checks
 
     replayed = [{"id": i, "status": Status.MATCH} for i in "abc"]
     inited = {"cases": [{**replayed[0], "init": [{"ok": False}], "status": Status.MISMATCH},
@@ -90,10 +90,10 @@ def test_the_initial_weights_and_the_search_findings_merge_either_mismatch_winni
     searched = {"import_error": "", "cases": [{**replayed[0], "search": {"rounds": 2}},
                                               {**replayed[1], "search": {"rounds": 2}, "status": Status.MISMATCH},
                                               replayed[2]]}
-    merged = {c["id"]: c for c in _both(inited, searched)["cases"]}
+    merged = {c["id"]: c for c in both_checks(inited, searched)["cases"]}
     assert merged["a"] == {"id": "a", "status": Status.MISMATCH, "search": {"rounds": 2}, "init": [{"ok": False}]}
     assert merged["b"]["status"] == Status.MISMATCH and merged["b"]["init_notes"] == ["state not compared"]
-    assert merged["c"] == replayed[2] and _both(inited, searched)["import_error"] == ""
+    assert merged["c"] == replayed[2] and both_checks(inited, searched)["import_error"] == ""
 
 
 def test_planted_initializer_bugs_are_mismatches_named_by_weight(tmp_path):
@@ -123,3 +123,40 @@ def test_planted_initializer_bugs_are_mismatches_named_by_weight(tmp_path):
             assert failed == [weight], failed  # every other weight, and every output, agrees
     problems = [p for package in report["packages"] for row in package["rows"] for p in row["problems"]]
     assert any("init of embedding/embeddings" in p and "initial values differ" in p for p in problems), problems
+
+
+def test_a_model_only_training_steps_use_has_its_initial_weights_compared(tmp_path):
+    """The step replays start from Keras's weights, ported, so a model trained from scratch
+    (what a training step is for) starting from Flax's defaults went through: with its
+    first kernel's ``kernel_init`` dropped, the session that replays equal is a mismatch
+    naming that kernel, and the golden translation's sessions compare every kernel and bias."""
+    original = ROOT / "fixtures" / "tf" / "train_schedule_clipping"
+    translated = tmp_path / "train_schedule_clipping"
+    shutil.copytree(ROOT / "fixtures" / "expected" / "train_schedule_clipping", translated)
+    train = translated / "train.py"
+    text = train.read_text()
+    first = "nn.Dense(hidden_units, kernel_init=nn.initializers.glorot_uniform())"
+    assert text.count(first) == 1
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+
+    def sessions(report: dict) -> list[dict]:
+        return [s for p in report["packages"] for step in p["training"]["steps"] for s in step["sessions"]]
+
+    try:  # the second run through the first's warm workers
+        golden = sessions(_verify(project, translated, original, "auto"))
+        assert golden and all(s["status"] == "equivalent" for s in golden), golden
+        compared = [s for s in golden if s.get("init")]
+        assert compared and all(c["ok"] for s in compared for c in s["init"])
+        assert {c["name"] for c in compared[0]["init"]} >= {"init of dense/kernel", "init of dense/bias"}
+        train.write_text(text.replace(first, "nn.Dense(hidden_units)"))
+        report = _verify(project, translated, original, "auto")
+    finally:
+        subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(project)], capture_output=True)
+    planted = [s for s in sessions(report) if s.get("init")]
+    assert planted and all(s["status"] == "mismatch" for s in planted), planted
+    for session in planted:
+        assert [c["name"] for c in session["init"] if not c["ok"]] == ["init of dense/kernel"], session["init"]
+    problems = [p for package in report["packages"] for row in package["rows"] for p in row["problems"]]
+    assert any("initial weights" in p and "init of dense/kernel" in p for p in problems), problems

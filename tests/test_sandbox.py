@@ -107,17 +107,17 @@ def test_jax_workers_compile_into_the_shared_cache_when_one_is_set(sandbox, monk
 
 
 def test_a_worker_imports_slow_modules_while_idle_and_a_waiting_job_goes_first():
-    from tern.sandbox.worker import _import_while_idle
+    from tern.sandbox.worker import import_while_idle
 
     read, write = os.pipe()
     try:
         sys.modules.pop("tabnanny", None)
-        assert _import_while_idle(read, ["tabnanny"]) == [] and "tabnanny" in sys.modules
+        assert import_while_idle(read, ["tabnanny"]) == [] and "tabnanny" in sys.modules
         sys.modules.pop("tabnanny")
         os.write(write, b"x")  # a job's frame is waiting
-        assert _import_while_idle(read, ["tabnanny"]) == ["tabnanny"] and "tabnanny" not in sys.modules
+        assert import_while_idle(read, ["tabnanny"]) == ["tabnanny"] and "tabnanny" not in sys.modules
         os.read(read, 1)
-        assert _import_while_idle(read, ["no_such_module_here", "tabnanny"]) == [] and "tabnanny" in sys.modules
+        assert import_while_idle(read, ["no_such_module_here", "tabnanny"]) == [] and "tabnanny" in sys.modules
     finally:
         os.close(read)
         os.close(write)

@@ -155,7 +155,7 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def _import_while_idle(fd: int, names: list[str]) -> list[str]:
+def import_while_idle(fd: int, names: list[str]) -> list[str]:
     """Import ``names`` one by one while no job waits on ``fd``; the names still to import.
     A job that arrives meanwhile waits for one import at most; an import that fails is the
     job's to report, if a job needs it."""
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     write_frame(proto_out, {"ready": True, "pid": os.getpid(), "kind": args.kind})
     idle = list(IDLE_IMPORTS.get(args.kind, ()))
     while True:
-        idle = _import_while_idle(proto_in, idle)
+        idle = import_while_idle(proto_in, idle)
         if (frame := read_frame(proto_in)) is None:
             break
         write_frame(proto_out, asdict(worker.run(Job.from_json(frame.decode()))))

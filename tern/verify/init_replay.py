@@ -1,7 +1,8 @@
 """JAX worker task: the translation's initial weights of recorded layers, compared with
 Keras's (``inits.py``).
 
-Per case, the translated module is built the way the original was (``layer_call.py``) and
+Per case (a layer call, or a training step's model: ``inits.as_built``), the translated
+module is built the way the original was (``layer_call.py``) and
 its ``init`` run ``RUNS`` times on the recorded inputs, every RNG stream folded with the
 run's index, vmapped over the runs in one compiled call that returns the ``params``
 collection only (so XLA drops the forward pass). The marker units the TF job made
@@ -12,6 +13,7 @@ placed leaf's markers say which Keras weight and element every one of its elemen
 from __future__ import annotations
 
 import importlib
+import inspect
 import traceback
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import numpy as np
 
 from tern.verify.arrays import read_whole, unpack
 from tern.verify.graft import graft, unflatten
-from tern.verify.inits import RUNS, compare_inits, keras_layout, leaves_of
+from tern.verify.inits import RUNS, as_built, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
 from tern.verify.replay import call_kwargs, without_jax_notice
 from tern.verify.search import QUICK_COMPILE
@@ -51,7 +53,8 @@ def _compared(case: dict) -> dict:
 
     meta, arrays = read_whole(Path(case["dir"]), case["id"])
     made, made_arrays = read_whole(Path(case["inits"]), case["id"])
-    call = layer_call(meta, arrays, call_kwargs)
+    meta = as_built(meta)  # a training step's model: its inputs are zeros, none is singled out as a float input
+    call = layer_call({"float_inputs": [], **meta}, arrays, _model_kwargs if meta.get("trained") else call_kwargs)
     args, kwargs = call.call_inputs(call.floats, call.rest)
 
     def init(run: Any) -> Any:
@@ -78,6 +81,22 @@ def _compared(case: dict) -> dict:
     keras = unpack(made["runs"], made_arrays)
     checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
     return {"checks": checks, "notes": notes}
+
+
+def _model_kwargs(module: Any, kwargs: dict) -> dict:
+    """A trained model's recorded call keywords as the translated train state passes them
+    (``KerasTrainState.keras_call_kwargs``): ``training`` dropped where the model, or the
+    first layer an ``nn.Sequential`` hands its arguments to, takes no such argument."""
+    import flax.linen as nn
+
+    first = module
+    while isinstance(first, nn.Sequential) and first.layers:
+        first = first.layers[0]
+    if "training" in kwargs and callable(first):
+        params = inspect.signature(type(first).__call__ if isinstance(first, nn.Module) else first).parameters
+        if "training" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k != "training"}
+    return call_kwargs(module, kwargs)
 
 
 def _every_run(init: Any, batched: bool) -> dict[tuple[str, ...], np.ndarray]:

@@ -6,7 +6,8 @@ either side initializes them; yet a model trained from scratch starts from them,
 and Flax disagree on most defaults (Dense kernels: Glorot uniform against LeCun normal;
 embeddings: uniform(-0.05, 0.05) against a unit normal; LSTM recurrent kernels: one
 orthogonal matrix against one per gate). So, per replayed layer or model (the first case
-of each that the replay found equal):
+of each that the replay found equal), and per model a training step's replay found equal
+(``as_built``):
 
 * a TF job (``init_keras.py``) draws every weight ``RUNS`` times from the initializer the
   layer built afresh made it with (or builds the layer that many times), with the layout of the
@@ -49,6 +50,10 @@ MAX_ELEMENTS = 1 << 18  # weights of one layer: RUNS x this many values a side a
 #: per weight: with hundreds of weights in a package, 1e-3 would give a false finding in
 #: about one package in three
 INIT_ALPHA = 1e-6
+#: how Keras's side says a case was not drawn for want of nothing: an earlier one of the same
+#: layer and configuration was (compared there), or it has no weights (a function)
+COMPARED_THERE = ": compared there"
+NOT_A_LAYER = "not a layer: no weights to initialize"
 BUDGET_SECONDS = 3.0  # fresh builds of one layer, where its initializers cannot be drawn from directly
 
 
@@ -89,6 +94,20 @@ def keras_layout(shapes: list[tuple[int, ...]], placed: list[tuple[np.ndarray, n
         found.append(flat[:, part].reshape((runs, *shape)) if np.all(seen[part] == 1) else None)
         offset += size
     return found, ""
+
+
+def as_built(meta: dict) -> dict:
+    """A recorded case as what to build and call once: a layer call as it is; a training
+    step's session (``step_record.py``) as its model, made the way the test made it and
+    called on zeros of its first inputs' shapes (models only training steps use are
+    trained from these initial weights). Raises ValueError for a step over several models."""
+    if "roles" not in meta:
+        return meta
+    if len(meta["roles"]) != 1:
+        raise ValueError(f"a step over {len(meta['roles'])} models: initial weights are compared for one-model steps")
+    role = meta["roles"][0]
+    return {"id": meta["id"], "target": meta["target"], "origin": role["origin"], "inputs": role["model_inputs"],
+            "trained": True}
 
 
 def compare_inits(names: list[str], translation: list[np.ndarray | None], keras: list[np.ndarray],

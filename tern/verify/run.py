@@ -37,7 +37,7 @@ from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import JobAnswer, PackageReport, build_rows
 from tern.verify.static_defaults import static_default_checks
-from tern.verify.init_run import inits_module
+from tern.verify.init_run import inits_module, inits_steps
 from tern.verify.search_run import search_module
 from tern.verify.step_report import training_summary
 
@@ -171,7 +171,7 @@ class PackageVerifier:
         async with anyio.create_task_group() as group:  # neither needs the other: side by side on the workers
             group.start_soon(inits)
             group.start_soon(search)
-        return JobAnswer(_both(checked["inits"], checked["search"]), failure, hit)
+        return JobAnswer(both_checks(checked["inits"], checked["search"]), failure, hit)
 
     async def _replay_job(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path,
                           closure: str, reference: str = "", samples: str = "") -> JobAnswer:
@@ -200,8 +200,16 @@ class PackageVerifier:
                                        f"Keras run many times for {len(ids)} case(s) the translation draws otherwise in")
 
     async def _keras_again(self, phase: str, task: str, recording_dir: str, ids: list[str], message: str) -> str:
+        """The output directory of a TF job over recorded cases (``keras_runs``), or "" when
+        it made nothing."""
+        made, _ = await self.keras_runs(phase, task, recording_dir, ids, message)
+        return made
+
+    async def keras_runs(self, phase: str, task: str, recording_dir: str, ids: list[str], message: str
+                         ) -> tuple[str, dict[str, str]]:
         """A TF job over recorded cases, its output directory kept beside the recordings and
-        cached by the recording, the cases and tern's code."""
+        cached by the recording, the cases and tern's code: ``(directory or "", per id "ok"
+        or why nothing was made for it)``."""
         key = keys.digest(phase, keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
                           Path(recording_dir).name, sorted(ids), self.config.keras)
         final = self.cache.recordings / key
@@ -217,14 +225,14 @@ class PackageVerifier:
             cached, failure, _ = await self._run(phase, None, job)
             if failure is not None:
                 shutil.rmtree(partial, ignore_errors=True)
-                return ""
+                return "", {}
             partial.mkdir(parents=True, exist_ok=True)
             try:
                 os.replace(partial, final)
             except OSError:  # another run made the same output first
                 shutil.rmtree(partial, ignore_errors=True)
             self.cache.put(key, phase, cached)
-        return str(final) if "ok" in cached["cases"].values() else ""
+        return str(final) if "ok" in cached["cases"].values() else "", cached["cases"]
 
     async def train(self, module: str, cases: list[dict], recording_dir: str, jax_root: Path) -> JobAnswer:
         """Replay the recorded training steps of ``module``; keyed on the step's module and the
@@ -242,6 +250,8 @@ class PackageVerifier:
         value, failure, hit = await self._run("train", key, job)
         if value is not None and not hit:
             self.cache.put(key, "train", value)
+        if value is not None:
+            value = await inits_steps(self, module, value, recording_dir, jax_root, closures)
         return JobAnswer(value, failure, hit)
 
     async def tests(self, test_file: Path, jax_root: Path) -> JobAnswer:
@@ -316,7 +326,7 @@ class PackageVerifier:
         )
 
 
-def _both(inited: dict, searched: dict) -> dict:
+def both_checks(inited: dict, searched: dict) -> dict:
     """The search's cases with the initial weights' findings added: each check started from
     the same replay result, and either one's mismatch makes the case a mismatch."""
     by_id = {case["id"]: case for case in inited.get("cases", [])}

@@ -1,7 +1,8 @@
 """Training-step results in the verify report: per module row, per package, as text.
 
 A replayed step session (``step_replay.py``) is *equivalent* when the loss and every
-parameter agreed after each of its N steps, a *mismatch* (named by its first divergent
+parameter agreed after each of its N steps (and the trained model's initial weights agree in
+distribution, ``init_run.inits_steps``), a *mismatch* (named by its first divergent
 step and value) when one did not, an *error* when the translated step could not be run
 the contract's way, and *not compared* with a reason when no honest comparison exists
 (dropout masks, an optimizer the tables do not translate, a model rebuilt differently).
@@ -33,7 +34,7 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
         for step in value.get("steps", []):
             entry = {k: step[k] for k in ("target", "id", "status", "steps", "batches", "optimizer", "rtol", "atol",
                                           "loop", "updates") if k in step}
-            for k in ("compared", "loss", "params", "divergence", "reason", "note"):
+            for k in ("compared", "loss", "params", "divergence", "reason", "note", "init", "init_notes"):
                 if step.get(k) is not None:
                     entry[k] = step[k]
             if step.get("message"):
@@ -51,7 +52,11 @@ def add_training(rows: dict, trains: dict[str, tuple], make_row: Any) -> None:
 
 
 def describe_divergence(step: dict) -> str:
-    """``step T of N (optimizer; batches): returned value: ...; first parameter to differ: ...``."""
+    """``step T of N (optimizer; batches): returned value: ...; first parameter to differ: ...``,
+    or, for a session whose steps agree, the trained model's initial weights that differ."""
+    wrong_init = [c for c in step.get("init", []) if not c["ok"]]
+    if wrong_init and not step.get("divergence"):
+        return "the trained model's initial weights: " + "; ".join(f"{c['name']}: {c.get('problem', '')}" for c in wrong_init)
     d = step.get("divergence") or {}
     where = (f"after the loop's {step.get('updates', '?')} updates" if step.get("loop")
              else f"step {d.get('step', '?')} of {step.get('steps', '?')}")
