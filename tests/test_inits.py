@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tern.verify.inits import compare_inits, init_check, keras_layout, markers
+from tern.verify.inits import MAX_RUNS, RUNS, compare_inits, init_check, keras_layout, markers, runs_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,6 +55,25 @@ def test_the_tests_tell_initializers_apart_and_pass_equal_ones():
     assert not wide["ok"] and "std" in wide["problem"]
     assert not init_check("b", np.zeros((50, 4)), np.ones((50, 4)))["ok"]
     assert init_check("b", np.zeros((50, 4)), np.zeros((50, 4)))["ok"]
+
+
+def test_a_small_layer_gets_the_runs_that_tell_its_initializers_apart():
+    """Glorot uniform against LeCun normal on a (4, 2) output kernel (variances 1/3 and 1/4):
+    each run's statistics of 8 elements are noisy, and 50 runs a side do not reach 1e-6."""
+    rng = np.random.default_rng(3)
+    shapes = [(16, 4), (4,), (4, 2), (2,)]
+    runs = runs_for(shapes)
+    assert RUNS < runs <= MAX_RUNS and runs_for([(512, 512)]) == RUNS and runs_for([(2,)]) == MAX_RUNS
+
+    def glorot(n):
+        return rng.uniform(-np.sqrt(6 / 6), np.sqrt(6 / 6), (n, 4, 2))
+
+    def lecun(n):  # truncated at two standard deviations, rescaled to variance 1/4
+        drawn = rng.normal(0, np.sqrt(1 / 4) / 0.87962566, (n * 4, 4, 2))
+        return np.concatenate([d[None] for d in drawn if np.all(np.abs(d) < 2 * np.sqrt(1 / 4) / 0.87962566)])[:n]
+
+    assert not init_check("kernel", lecun(runs), glorot(runs))["ok"]
+    assert init_check("kernel", glorot(runs), glorot(runs))["ok"] and init_check("kernel", glorot(RUNS), glorot(runs))["ok"]
 
 
 def test_a_weight_keras_draws_the_same_every_run_is_compared_only_when_built_that_way():

@@ -116,6 +116,22 @@ def test_training_steps_are_replayed_with_frozen_layers_and_fit_is_reported(firs
     assert fit["status"] == "not compared" and "KerasTrainer" in next(iter(fit["not_compared"]))
 
 
+def test_initial_weights_are_compared_for_trained_models_and_models_whose_call_moves_state(first):
+    _, report = first
+    cases = [c for package in report["packages"] for row in package["rows"] for c in row["cases"]]
+    mobilenet = [c for c in cases if c["target"].endswith(":build_tiny_mobilenet")
+                 and any(x["name"].startswith("init of") for x in c["compared"])]
+    # its batch norms' moving statistics move in the training-mode call that builds it
+    assert mobilenet and any(x["name"] == "init of depthwise_conv2d/kernel" and x["ok"] for x in mobilenet[0]["compared"])
+    assert any("initial state not compared" in note for note in mobilenet[0]["init_notes"])
+    sessions = [s for package in report["packages"] for step in (package.get("training") or {}).get("steps", [])
+                for s in step["sessions"]]
+    trained = [s for s in sessions if s.get("init")]
+    assert len({s["target"] for s in trained}) >= 5 and all(c["ok"] for s in trained for c in s["init"])
+    gan = {c["name"] for s in trained if s["target"].startswith("train_wgan_gp") for c in s["init"]}
+    assert {"init of generator/dense/kernel", "init of critic/dense/kernel"} <= gan  # a step over two models, both
+
+
 def test_original_tests_ran_and_passed_under_the_recorder(first):
     _, report = first
     for package in report["packages"]:

@@ -3,7 +3,7 @@
 Per case, the layer is built again from its recording (same class or factory, same
 arguments), Keras seeded with ``SEED``, and called once on the recorded inputs so it
 creates its weights; the initializer each variable was made with is noted as it is made,
-and drawn from ``RUNS - 1`` times more (an initializer object made again with the run's
+and drawn from ``runs_for - 1`` times more (an initializer object made again with the run's
 seed: one draws the same values on every call). Where an initializer cannot be known
 (``tf_keras``) or the layer changed a weight after creating it, the layer is built ``RUNS``
 times instead, if that fits ``BUDGET_SECONDS``. The
@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from tern.verify.arrays import build, pack, unpack
-from tern.verify.inits import BUDGET_SECONDS, COMPARED_THERE, NOT_A_LAYER, RUNS, SEED, as_built, markers, too_large
+from tern.verify.inits import BUDGET_SECONDS, COMPARED_THERE, NOT_A_LAYER, RUNS, SEED, as_built, markers, runs_for, too_large
 from tern.verify.port import keras_units
 from tern.verify.reference import per_case
 from tern.weights.port import variable_path
@@ -127,9 +127,12 @@ def _runs(meta: dict, arrays: Any, flavour: str) -> tuple[Any, list[list[np.ndar
     seconds = time.perf_counter() - started
     variables = list(first.weights)
     runs = [[np.asarray(v.numpy()) for v in variables]]
-    if all(_holds_its_draw(v, made_with.get(id(v))) for v in variables):
-        for run in range(1, RUNS):
-            runs.append([_drawn(made_with[id(v)], tuple(v.shape), v.dtype, run) for v in variables])
+    # state (a batch norm's moving statistics, which a call in training mode moves) is not
+    # compared (``inits.compare_inits``): its runs repeat the first build's values
+    if all(_holds_its_draw(v, made_with.get(id(v))) for v in variables if v.trainable):
+        for run in range(1, runs_for([tuple(v.shape) for v in variables if v.trainable])):
+            runs.append([_drawn(made_with[id(v)], tuple(v.shape), v.dtype, run) if v.trainable else runs[0][i]
+                         for i, v in enumerate(variables)])
         return first, runs
     if seconds * RUNS > BUDGET_SECONDS:
         raise ValueError(f"too slow to build {RUNS} times ({seconds * 1000:.0f} ms a build)")
@@ -139,9 +142,14 @@ def _runs(meta: dict, arrays: Any, flavour: str) -> tuple[Any, list[list[np.ndar
 
 
 def _inits(meta: dict, arrays: Any, flavour: str) -> tuple[dict, list[np.ndarray]]:
+    """Per model the case has (``inits.as_built``), Keras's runs and the marker units."""
     if meta.get("kind") in ("function", "config"):
         raise ValueError(NOT_A_LAYER)
-    meta = as_built(meta)
+    saved: list[np.ndarray] = []
+    return {"parts": [_part(built, arrays, flavour, saved) for built in as_built(meta)]}, saved
+
+
+def _part(meta: dict, arrays: Any, flavour: str, saved: list[np.ndarray]) -> dict:
     if "weights" not in meta and not meta.get("trained"):
         raise ValueError("the recording keeps no Keras weights for this case")
     first, runs = _runs(meta, arrays, flavour)
@@ -154,13 +162,13 @@ def _inits(meta: dict, arrays: Any, flavour: str) -> tuple[dict, list[np.ndarray
     if too_large(shapes):
         raise ValueError("too many weights to sample their initial values")
     numbered = dict(zip((id(v) for v in variables), markers(shapes)))
-    saved: list[np.ndarray] = []
     units = [{**u, "tree": pack(u["tree"], saved)} for u in keras_units(first, lambda v: numbered[id(v)])]
     _seed(flavour, SEED)  # what follows in this worker does not depend on how many runs were made
     stacked = [np.stack([r[i] for r in runs]) for i in range(len(variables))]
-    return {"names": _names([variable_path(v) for v in variables], first.name), "shapes": [list(s) for s in shapes],
-            "trainable": [bool(v.trainable) for v in variables],
-            "units": units, "runs": pack(stacked, saved)}, saved
+    names = _names([variable_path(v) for v in variables], first.name)
+    return {"names": [f"{meta['role']}/{n}" for n in names] if meta.get("role") else names,
+            "shapes": [list(s) for s in shapes], "trainable": [bool(v.trainable) for v in variables],
+            "units": units, "runs": pack(stacked, saved)}
 
 
 def _names(paths: list[str], layer: str) -> list[str]:

@@ -3,7 +3,7 @@ Keras's (``inits.py``).
 
 Per case (a layer call, or a training step's model: ``inits.as_built``), the translated
 module is built the way the original was (``layer_call.py``) and
-its ``init`` run ``RUNS`` times on the recorded inputs, every RNG stream folded with the
+its ``init`` run as many times as Keras's side drew on the recorded inputs, every RNG stream folded with the
 run's index, vmapped over the runs in one compiled call that returns the ``params``
 collection only (so XLA drops the forward pass). The marker units the TF job made
 are placed into the translation's variable tree as real weights are (``graft.py``); each
@@ -49,11 +49,26 @@ def init_compare(payload: dict, scratch: Path) -> dict:
 
 
 def _compared(case: dict) -> dict:
-    import jax
-
     meta, arrays = read_whole(Path(case["dir"]), case["id"])
     made, made_arrays = read_whole(Path(case["inits"]), case["id"])
-    meta = as_built(meta)  # a training step's model: its inputs are zeros, none is singled out as a float input
+    built = as_built(meta)
+    if len(built) != len(made["parts"]):
+        return {"error": f"{len(built)} models, Keras's side drew {len(made['parts'])}"}
+    checks, notes = [], []
+    for model, part in zip(built, made["parts"]):
+        found = _part(model, arrays, part, made_arrays)
+        if "error" in found:
+            return {"error": f"{model['role']}: {found['error']}" if model.get("role") else found["error"]}
+        checks.extend(found["checks"])
+        notes.extend(found["notes"])
+    return {"checks": checks, "notes": notes}
+
+
+def _part(meta: dict, arrays: Any, made: dict, made_arrays: Any) -> dict:
+    """One model's initial weights against Keras's runs of it (``made``); a training step's
+    model has zeros for inputs, none singled out as a float input."""
+    import jax
+
     call = layer_call({"float_inputs": [], **meta}, arrays, _model_kwargs if meta.get("trained") else call_kwargs)
     args, kwargs = call.call_inputs(call.floats, call.rest)
 
@@ -66,8 +81,10 @@ def _compared(case: dict) -> dict:
         so XLA drops the forward pass ``init`` makes (the state it moves is not compared)."""
         return {"params": init(run).get("params", {})}
 
+    keras = unpack(made["runs"], made_arrays)
+    runs = len(keras[0]) if keras else RUNS  # as many as Keras's side drew
     inputs = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves([args, kwargs]) if hasattr(leaf, "shape"))
-    stacked = _every_run(params, batched=inputs * RUNS <= BATCHED_VALUES)
+    stacked = _every_run(params, runs, batched=inputs * runs <= BATCHED_VALUES)
     units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
     zeros = {path: np.zeros(leaf.shape) for path, leaf in leaves_of(jax.eval_shape(init, 0)).items()}
     placed_tree, problems = graft(unflatten(zeros), units)
@@ -78,7 +95,6 @@ def _compared(case: dict) -> dict:
     translation, problem = keras_layout(shapes, placed)
     if problem:
         return {"error": problem}
-    keras = unpack(made["runs"], made_arrays)
     checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
     return {"checks": checks, "notes": notes}
 
@@ -99,21 +115,21 @@ def _model_kwargs(module: Any, kwargs: dict) -> dict:
     return call_kwargs(module, kwargs)
 
 
-def _every_run(init: Any, batched: bool) -> dict[tuple[str, ...], np.ndarray]:
-    """Each variable's values over the runs, ``(RUNS, *shape)``: one compiled call of the
+def _every_run(init: Any, runs: int, batched: bool) -> dict[tuple[str, ...], np.ndarray]:
+    """Each variable's values over the runs, ``(runs, *shape)``: one compiled call of the
     ``init`` vmapped over the runs' indices (compiled quickly: it runs once, on a
     fixture-sized layer), or, where its inputs are large or vmapping fails, one compiled
-    call per run."""
+    call per run, ``RUNS`` of them at most."""
     import jax
     import jax.numpy as jnp
 
     if batched:
         try:
-            stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(RUNS))
+            stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(runs))
             return {path: np.asarray(leaf) for path, leaf in leaves_of(stacked).items()}
         except Exception:  # noqa: BLE001 - an init vmap cannot batch: run by run
             pass
     compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
-    runs = [leaves_of(compiled(run)) for run in range(RUNS)]
-    return {path: np.stack([np.asarray(r[path]) for r in runs]) for path in runs[0]}
+    each = [leaves_of(compiled(run)) for run in range(min(runs, RUNS))]  # the tests take unequal numbers of runs
+    return {path: np.stack([np.asarray(r[path]) for r in each]) for path in each[0]}
 

@@ -9,7 +9,8 @@ orthogonal matrix against one per gate). So, per replayed layer or model (the fi
 of each that the replay found equal), and per model a training step's replay found equal
 (``as_built``):
 
-* a TF job (``init_keras.py``) draws every weight ``RUNS`` times from the initializer the
+* a TF job (``init_keras.py``) draws every weight ``RUNS`` times (more for a small layer:
+  ``runs_for``) from the initializer the
   layer built afresh made it with (or builds the layer that many times), with the layout of the
   port: the units ``port.py`` makes when each weight's value is its elements' numbers
   (``markers``), which the JAX side places into its tree as it places real weights;
@@ -17,9 +18,9 @@ of each that the replay found equal), and per model a training step's replay fou
   stream folded with the run's index) and reads each Flax element back to the Keras weight
   and element its marker names. A port that computes instead of moving values (markers
   that are not whole numbers, named twice or never) leaves the layer not compared;
-* each weight's two sets of runs are compared as distributions (``init_check``: KS tests
-  on each run's mean, mean square, mean fourth power and largest magnitude, at
-  ``INIT_ALPHA``).
+* each weight's two sets of runs are compared as distributions (``init_check``: KS and
+  Mann-Whitney tests on each run's mean, mean square, mean fourth power and largest
+  magnitude, at ``INIT_ALPHA``).
   A difference is a mismatch of the case, named ``init of <weight>``.
 
 A weight Keras gives the same values on every run is compared too when it is built that
@@ -41,6 +42,11 @@ from tern.verify.graft import DERIVED, flatten
 #: per-run statistic of a weight's elements; 50 runs a side show a complete separation at
 #: p < 1e-20 and a partial one (a small kernel) well below ``INIT_ALPHA``
 RUNS = 50
+#: a small layer gets more runs, up to MAX_RUNS, as many as keep its weights' values within
+#: SMALL_VALUES a side: a per-run statistic of a weight of a few elements is noisy, and at 50
+#: runs Glorot uniform against LeCun normal on a (4, 2) output kernel gave p = 4e-5 only
+MAX_RUNS = 400
+SMALL_VALUES = 1 << 16
 SEED = 104_729  # Keras is seeded with SEED + run; the translation's streams are folded with the run
 #: a weight Keras gives the same on every run with at most this many distinct values is
 #: deterministic by construction (an LSTM's bias: zeros, ones for the forget gate) and
@@ -96,18 +102,17 @@ def keras_layout(shapes: list[tuple[int, ...]], placed: list[tuple[np.ndarray, n
     return found, ""
 
 
-def as_built(meta: dict) -> dict:
-    """A recorded case as what to build and call once: a layer call as it is; a training
-    step's session (``step_record.py``) as its model, made the way the test made it and
-    called on zeros of its first inputs' shapes (models only training steps use are
-    trained from these initial weights). Raises ValueError for a step over several models."""
+def as_built(meta: dict) -> list[dict]:
+    """What a recorded case has initial weights of, each to build and call once: a layer
+    call, as it is; a training step's session (``step_record.py``), each model it trains,
+    made the way the test made it and called on zeros of its first inputs' shapes (models
+    only training steps use are trained from these initial weights), named by its step
+    parameter (``role``) when there are several (a GAN's generator and critic)."""
     if "roles" not in meta:
-        return meta
-    if len(meta["roles"]) != 1:
-        raise ValueError(f"a step over {len(meta['roles'])} models: initial weights are compared for one-model steps")
-    role = meta["roles"][0]
-    return {"id": meta["id"], "target": meta["target"], "origin": role["origin"], "inputs": role["model_inputs"],
-            "trained": True}
+        return [meta]
+    several = len(meta["roles"]) > 1
+    return [{"id": meta["id"], "target": meta["target"], "origin": role["origin"], "inputs": role["model_inputs"],
+             "trained": True, "role": role["model_param"] if several else ""} for role in meta["roles"]]
 
 
 def compare_inits(names: list[str], translation: list[np.ndarray | None], keras: list[np.ndarray],
@@ -141,16 +146,18 @@ STATISTICS = {"mean": lambda x: x.mean(axis=1), "mean square": lambda x: (x * x)
 
 def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: float = INIT_ALPHA) -> dict:
     """One weight's initial values, ``(runs, *shape)`` per side, compared as distributions:
-    two-sample KS tests on each run's ``STATISTICS``, Bonferroni-corrected, at ``alpha``.
-    Runs are independent and exchangeable when nothing differs, so the tests are exact
-    whatever the dependence within a run (an orthogonal matrix's elements). A wrong
-    initializer shifts some statistic far beyond what 50 runs a side leave to chance, so
-    ``alpha`` can be small enough that the hundreds of weights of a package give no false
-    finding. Per-element tests and the energy test sampled outputs
-    get would cost more and say little here: a weight's elements are mostly drawn alike,
-    and 4,000 permutations give no p-value below ``alpha``. A check in the shape
-    of ``tolerance.compare``'s."""
-    from scipy.stats import ks_2samp
+    two-sample tests on each run's ``STATISTICS`` (Kolmogorov-Smirnov, for any difference,
+    and Mann-Whitney, more powerful for a shift: a wrong scale moves a statistic),
+    Bonferroni-corrected, at ``alpha``. Runs are independent and exchangeable when nothing
+    differs, so the tests are exact whatever the dependence within a run (an orthogonal
+    matrix's elements). A wrong initializer shifts some statistic far beyond what 50 runs a
+    side leave to chance, so ``alpha`` can be small enough that the hundreds of weights of
+    a package give no false finding; on a weight of a few elements the per-run statistics
+    are noisy, and KS alone missed Glorot uniform against LeCun normal on a 9-element
+    kernel. Per-element tests and the energy test sampled outputs get would cost more and
+    say little here: a weight's elements are mostly drawn alike, and 4,000 permutations give
+    no p-value below ``alpha``. A check in the shape of ``tolerance.compare``'s."""
+    from scipy.stats import ks_2samp, mannwhitneyu
 
     a = np.asarray(got_runs, np.float64).reshape(len(got_runs), -1)
     b = np.asarray(want_runs, np.float64).reshape(len(want_runs), -1)
@@ -158,27 +165,38 @@ def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: fl
         return {"name": name, "ok": False, "problem": f"{a.shape[1]} elements, keras {b.shape[1]}"}
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return {"name": name, "ok": False, "problem": "non-finite initial values"}
-    p_stats = {key: _ks(f(a), f(b), ks_2samp) for key, f in STATISTICS.items()}
+    p_stats = {}
+    for key, f in STATISTICS.items():
+        x, y = f(a), f(b)
+        p_stats[f"KS on each run's {key}"] = _p(x, y, lambda: ks_2samp(x, y, method="exact" if len(x) + len(y) <= 100 else "asymp"))
+        p_stats[f"Mann-Whitney on each run's {key}"] = _p(x, y, lambda: mannwhitneyu(x, y, alternative="two-sided"))
     where, p_min = min(p_stats.items(), key=lambda kv: kv[1])
     adjusted = min(1.0, p_min * len(p_stats))
     summary = {"runs": [len(a), len(b)], "alpha": alpha,
-               "ks": {"test": "two-sample Kolmogorov-Smirnov on per-run statistics, Bonferroni", "tests": len(p_stats),
-                      "p_adjusted": adjusted, "where": where},
+               "tests": {"test": "two-sample Kolmogorov-Smirnov and Mann-Whitney on per-run statistics, Bonferroni",
+                         "count": len(p_stats), "p_adjusted": adjusted, "where": where},
                "mean": [float(a.mean()), float(b.mean())], "std": [float(a.std()), float(b.std())]}
     check = {"name": name, "ok": bool(adjusted >= alpha), "distribution": summary}
     if not check["ok"]:
-        check["problem"] = (f"initial values differ in distribution (KS on each run's {where}, Bonferroni-adjusted p = "
+        check["problem"] = (f"initial values differ in distribution ({where}, Bonferroni-adjusted p = "
                             f"{adjusted:.2g} < {alpha:g}; {len(a)} runs a side): mean {summary['mean'][0]:.4g} vs keras "
                             f"{summary['mean'][1]:.4g}, std {summary['std'][0]:.4g} vs keras {summary['std'][1]:.4g}")
     return check
 
 
-def _ks(x: np.ndarray, y: np.ndarray, ks_2samp) -> float:
-    """The KS p-value of two sets of per-run values; two equal constants differ in nothing,
+def _p(x: np.ndarray, y: np.ndarray, test: Any) -> float:
+    """A test's p-value on two sets of per-run values; two equal constants differ in nothing,
     two different ones in everything."""
     if np.ptp(x) == 0 and np.ptp(y) == 0:
         return 1.0 if x[0] == y[0] else 0.0
-    return float(np.nan_to_num(ks_2samp(x, y, method="exact" if len(x) + len(y) <= 100 else "asymp").pvalue, nan=1.0))
+    return float(np.nan_to_num(test().pvalue, nan=1.0))
+
+
+def runs_for(shapes: list[tuple[int, ...]]) -> int:
+    """How many times Keras's side draws a layer whose weights have ``shapes`` (the
+    translation's side runs as many as Keras's gave)."""
+    elements = max(1, sum(int(np.prod(s, dtype=np.int64)) for s in shapes))
+    return int(min(MAX_RUNS, max(RUNS, SMALL_VALUES // elements)))
 
 
 def too_large(shapes: list[tuple[int, ...]]) -> bool:
