@@ -68,7 +68,7 @@ async def _compared(verifier: Any, module: str, ids: list[str], recording_dir: s
     verifier.phases.setdefault("inits", 0.0)
     found, failure, hit = await verifier._run("inits", key, job)
     if found is None or found.get("import_error"):
-        return None  # the replay's verdict stands; the job's failure is not the translation's
+        return untold or None  # the replay's verdict stands; the job's failure is not the translation's
     if not hit:
         verifier.cache.put(key, "inits", found)
     return {**untold, **found["cases"]}
