@@ -5,7 +5,7 @@ arguments), Keras seeded with ``SEED``, and called once on the recorded inputs s
 creates its weights; the initializer each variable was made with is noted as it is made,
 and drawn from ``runs_for - 1`` times more (an initializer object made again with the run's
 seed: one draws the same values on every call). Where an initializer cannot be known
-(``tf_keras``) or the layer changed a weight after creating it, the layer is built ``RUNS``
+(``tf_keras``) or the layer changed a trainable weight after creating it, the layer is built ``RUNS``
 times instead, if that fits ``BUDGET_SECONDS``. The
 port's units are made once more with each weight's value replaced by its elements' numbers
 (``inits.markers``): the translation's side places them as it places real weights, and so

@@ -14,7 +14,7 @@ of each that the replay found equal), and per model a training step's replay fou
   layer built afresh made it with (or builds the layer that many times), with the layout of the
   port: the units ``port.py`` makes when each weight's value is its elements' numbers
   (``markers``), which the JAX side places into its tree as it places real weights;
-* a JAX job (``init_replay.py``) runs the translation's ``init`` ``RUNS`` times (every RNG
+* a JAX job (``init_replay.py``) runs the translation's ``init`` as many times (every RNG
   stream folded with the run's index) and reads each Flax element back to the Keras weight
   and element its marker names. A port that computes instead of moving values (markers
   that are not whole numbers, named twice or never) leaves the layer not compared;
@@ -153,8 +153,7 @@ def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: fl
     matrix's elements). A wrong initializer shifts some statistic far beyond what 50 runs a
     side leave to chance, so ``alpha`` can be small enough that the hundreds of weights of
     a package give no false finding; on a weight of a few elements the per-run statistics
-    are noisy, and KS alone missed Glorot uniform against LeCun normal on a 9-element
-    kernel. Per-element tests and the energy test sampled outputs get would cost more and
+    are noisy, so a small layer gets more runs (``runs_for``). Per-element tests and the energy test sampled outputs get would cost more and
     say little here: a weight's elements are mostly drawn alike, and 4,000 permutations give
     no p-value below ``alpha``. A check in the shape of ``tolerance.compare``'s."""
     from scipy.stats import ks_2samp, mannwhitneyu
