@@ -148,3 +148,67 @@ def test_a_visitor_with_attribute_hooks_gets_libcsts_visit():
     funcs = Funcs()
     walk.walk(cst.parse_module("f(g(x))\n"), funcs)
     assert funcs.seen == 2
+
+
+# -- the index: findall and visit-only walks read it on an indexed tree ------------------------
+
+MATCHERS["comma (not indexed)"] = m.Comma()
+MATCHERS["comment (not indexed)"] = m.Comment()
+
+
+def _subtrees(module: cst.Module) -> list[cst.CSTNode]:
+    """What rules ask about: the module, its functions, classes, blocks and statements, and
+    expressions (a sample), with whitespace nodes the index leaves out."""
+    kinds = (cst.FunctionDef, cst.ClassDef, cst.IndentedBlock, cst.SimpleStatementLine, cst.If, cst.Call, cst.Comma,
+             cst.SimpleWhitespace)
+    found = [node for node in walk.nodes(module) if isinstance(node, kinds)]
+    return [module, *found[::7]]
+
+
+@pytest.mark.parametrize("name", MATCHERS)
+def test_findall_on_an_indexed_tree_finds_what_libcst_finds(modules, name):
+    matcher = MATCHERS[name]
+    for path, module in modules[::5]:
+        with walk.indexed(module):
+            for tree in _subtrees(module):
+                ours, theirs = walk.findall(tree, matcher), list(m.findall(tree, matcher))
+                assert len(ours) == len(theirs) and all(a is b for a, b in zip(ours, theirs)), (path, name, type(tree))
+
+
+class _VisitOnly(cst.CSTVisitor):
+    """Typed visits and no leaves: the visitors the index serves. Pruning at functions with
+    two parameters or more, and at calls of ``print``."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+
+    def visit_FunctionDef(self, node) -> bool:
+        self.events.append(("def", id(node)))
+        return len(node.params.params) < 2
+
+    def visit_Call(self, node) -> bool:
+        self.events.append(("call", id(node)))
+        return not (isinstance(node.func, cst.Name) and node.func.value == "print")
+
+    def visit_Name(self, node) -> None:
+        self.events.append(("name", id(node)))
+
+
+def test_visit_only_walks_on_an_indexed_tree_make_the_calls_visit_makes(modules):
+    for path, module in modules[::3]:
+        with walk.indexed(module):
+            for tree in _subtrees(module):
+                ours, theirs = _VisitOnly(), _VisitOnly()
+                walk.walk(tree, ours)
+                tree.visit(theirs)
+                assert ours.events == theirs.events, (path, type(tree))
+
+
+def test_a_node_not_of_the_indexed_tree_is_walked_as_usual():
+    """A tree a rule built while the original is indexed (another id, maybe a reused one)."""
+    module = cst.parse_module("def f(x):\n    return g(x)\n")
+    with walk.indexed(module) as index:
+        built = cst.parse_module("def f(x):\n    return g(h(x))\n")
+        assert index.span(built.body[0]) is None
+        assert [c.func.value for c in walk.findall(built, m.Call())] == ["g", "h"]
+        assert [c.func.value for c in walk.findall(module, m.Call())] == ["g"]

@@ -30,7 +30,7 @@ from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Tod
 from tern.engine.rule import HOOKS, consumed_names, discover, overrides
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
-from tern.engine.walk import findall, walk
+from tern.engine.walk import findall, indexed, walk
 
 
 @dataclass
@@ -800,12 +800,13 @@ def translate_module(
         package = PackageInfo()
         scan_source(source, "", package, training_layer_names())
         close_over_bases(package)
-    ctx = FileContext(
-        tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
-        plan=plan, is_test=is_test, file_facts=_file_facts(source, package, tables),
-        package_helpers=package_helpers(module), keras_configs=keras_configs(module), source=source,
-    )
-    out = module.visit(Translator(ctx))
+    with indexed(module):  # rules ask about the original tree many times
+        ctx = FileContext(
+            tables=tables, package=package, scopes=Scopes({}, canonical, source_facts(source)),
+            plan=plan, is_test=is_test, file_facts=_file_facts(source, package, tables),
+            package_helpers=package_helpers(module), keras_configs=keras_configs(module), source=source,
+        )
+        out = module.visit(Translator(ctx))
     texts = ModuleTexts()
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
     if generated:

@@ -11,9 +11,14 @@ exactly the order, they would have seen. Transformers (which return new trees) s
 from __future__ import annotations
 
 import ast
+import bisect
+import contextlib
+import contextvars
+import dataclasses
 import inspect
 import re
 import textwrap
+import typing
 from typing import Callable, Iterator
 
 import libcst as cst
@@ -127,15 +132,188 @@ def nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(below)
 
 
+#: nodes the index leaves out, with what is below them: whitespace, comments and punctuation,
+#: a third of a file's nodes, which no rule looks for (a search for one walks the tree)
+_UNINDEXED_BASES = (cst.BaseParenthesizableWhitespace, cst.EmptyLine, cst.TrailingWhitespace, cst.Newline,
+                    cst.Comment, cst.Comma, cst.LeftParen, cst.RightParen, cst.Dot, cst.AssignEqual)
+_UNINDEXED = frozenset(name for name, value in vars(cst).items()
+                       if isinstance(value, type) and issubclass(value, _UNINDEXED_BASES))
+_INDEXED_CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
+
+
+def _field_classes(annotation) -> list:
+    args = typing.get_args(annotation)
+    return [c for a in args for c in _field_classes(a)] if args else [annotation]
+
+
+def _learn_indexed(node: cst.CSTNode) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """Like ``_learn``, without the fields that can only hold nodes the index leaves out."""
+    kind = type(node)
+    fields = _written_fields(kind)
+    lister = None
+    if fields is not None and (_CHILDREN.get(kind) or _learn(node)) is not _libcst_children:
+        declared = {f.name: f.type for f in dataclasses.fields(kind)}
+        kept = {}
+        for name, helpers in fields.items():
+            classes = [c for c in _field_classes(declared.get(name)) if isinstance(c, type)
+                       and c not in (cst.MaybeSentinel, type(None), str)]
+            if not (classes and all(issubclass(c, _UNINDEXED_BASES) for c in classes)):
+                kept[name] = helpers
+        lister = _compiled(kept)
+    if lister is None:
+        def lister(n):
+            return [c for c in children(n) if c.__class__.__name__ not in _UNINDEXED]
+    _INDEXED_CHILDREN[kind] = lister
+    return lister
+
+
+class TreeIndex:
+    """One tree's nodes in pre-order (whitespace, comments and punctuation left out), and per
+    node type name the positions of that type's nodes.
+
+    Why: rules ask about the same file many times (every function's calls, every class's
+    assignments), and each walk of a function also walks the functions inside it. On an
+    indexed tree, finding the nodes of a type below a node is two bisections and a loop over
+    what is found. LibCST nodes are immutable, so an index stays true while its tree lives;
+    it holds every node it knows, so an id it knows is never reused for another node."""
+
+    def __init__(self, root: cst.CSTNode):
+        self.positions: dict[int, tuple[cst.CSTNode, int]] = {}
+        self.by_type: dict[str, tuple[list[int], list[cst.CSTNode]]] = {}
+        self._ends: dict[int, int] = {}
+        positions, by_type, listers = self.positions, self.by_type, _INDEXED_CHILDREN
+        position = 0
+        stack: list = [root]
+        while stack:
+            item = stack.pop()
+            kind = item.__class__
+            positions[id(item)] = (item, position)
+            found = by_type.get(kind.__name__)
+            if found is None:
+                found = by_type[kind.__name__] = ([], [])
+            found[0].append(position)
+            found[1].append(item)
+            position += 1
+            below = (listers.get(kind) or _learn_indexed(item))(item)
+            below.reverse()
+            stack.extend(below)
+
+    def span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """Where ``node``'s subtree lies in the pre-order, None for a node not of this tree (or
+        one the index leaves out)."""
+        entry = self.positions.get(id(node))
+        if entry is None or entry[0] is not node:
+            return None
+        end = self._ends.get(id(node))
+        if end is None:  # one past its last descendant: follow the last child down
+            last = node
+            while True:
+                below = _INDEXED_CHILDREN[last.__class__](last)
+                if not below:
+                    break
+                last = below[-1]
+            end = self._ends[id(node)] = self.positions[id(last)][1] + 1
+        return entry[1], end
+
+    def of_types(self, kinds, start: int, end: int) -> list[tuple[int, cst.CSTNode]]:
+        """The nodes whose type is named in ``kinds`` at positions ``start <= p < end``, in pre-order."""
+        hits: list[tuple[int, cst.CSTNode]] = []
+        for kind in kinds:
+            found = self.by_type.get(kind)
+            if found is None:
+                continue
+            positions, nodes_ = found
+            lo, hi = bisect.bisect_left(positions, start), bisect.bisect_left(positions, end)
+            hits.extend(zip(positions[lo:hi], nodes_[lo:hi]))
+        if len(kinds) > 1:
+            hits.sort(key=_position)
+        return hits
+
+
+def _position(hit: tuple[int, cst.CSTNode]) -> int:
+    return hit[0]
+
+
+_INDEX: contextvars.ContextVar[TreeIndex | None] = contextvars.ContextVar("tern_tree_index", default=None)
+
+
+@contextlib.contextmanager
+def indexed(root: cst.CSTNode) -> Iterator[TreeIndex]:
+    """Inside, ``findall`` and ``walk`` on ``root`` or any node of it read the index."""
+    index = TreeIndex(root)
+    token = _INDEX.set(index)
+    try:
+        yield index
+    finally:
+        _INDEX.reset(token)
+
+
+def _indexed_span(node: cst.CSTNode, kinds: frozenset[str]) -> tuple[TreeIndex, int, int] | None:
+    index = _INDEX.get()
+    if index is None or not kinds.isdisjoint(_UNINDEXED):
+        return None
+    span = index.span(node)
+    return None if span is None else (index, *span)
+
+
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``node.visit(visitor)`` for a read-only visitor: the same ``on_visit``/``on_leave`` calls in
     the same order, nothing rebuilt. A visitor with per-field hooks gets LibCST's own visit."""
     if has_field_hooks(visitor):
         node.visit(visitor)
     elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
-        _dispatch(node, visitor)
+        kinds = None if any(name.startswith(("visit_", "leave_")) for name in vars(visitor)) else _visit_only_types(type(visitor))
+        found = None if kinds is None else _indexed_span(node, kinds)
+        if found is not None:
+            _visit_indexed(visitor, kinds, *found)
+        else:
+            _dispatch(node, visitor)
     else:
         _walk(node, visitor)
+
+
+_NODE_TYPES = frozenset(name for name, value in vars(cst).items() if isinstance(value, type) and issubclass(value, cst.CSTNode))
+
+
+def _visit_only_types(visitor_class: type) -> frozenset[str] | None:
+    """The node types a visitor class has ``visit_<Type>`` methods for, when it has no
+    ``leave_<Type>`` (those are called in post-order, which the index does not give); else None."""
+    try:
+        return _VISIT_ONLY[visitor_class]
+    except KeyError:
+        pass
+    kinds: set[str] | None = set()
+    for kind in visitor_class.__mro__:
+        if kind is cst.CSTVisitor:
+            break
+        for name in vars(kind):
+            prefix, _, rest = name.partition("_")
+            if rest in _NODE_TYPES:
+                if prefix == "leave":
+                    kinds = None
+                    break
+                if prefix == "visit":
+                    kinds.add(rest)
+        if kinds is None:
+            break
+    result = None if kinds is None else frozenset(kinds)
+    if len(_VISIT_ONLY) < 1024:  # bounded: rules define visitor classes inside functions
+        _VISIT_ONLY[visitor_class] = result
+    return result
+
+
+_VISIT_ONLY: dict[type, frozenset[str] | None] = {}
+
+
+def _visit_indexed(visitor: cst.CSTVisitor, kinds: frozenset[str], index: TreeIndex, start: int, end: int) -> None:
+    """``_dispatch`` read off the index: the visitor's ``visit_<Type>`` calls, in pre-order; a call
+    that returns False skips the nodes below it, as LibCST's visit does."""
+    skip_to = start
+    for position, node in index.of_types(kinds, start, end):
+        if position < skip_to:
+            continue
+        if getattr(visitor, "visit_" + node.__class__.__name__)(node) is False:
+            skip_to = index.span(node)[1]
 
 
 def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
@@ -200,6 +378,11 @@ def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher
     if test is None:
         return list(m.findall(tree, matcher))
     kinds = _node_types(matcher) if isinstance(matcher, m.BaseMatcherNode) else None
+    if kinds is not None:
+        found_span = _indexed_span(tree, kinds)
+        if found_span is not None:
+            index, start, end = found_span
+            return [node for _, node in index.of_types(kinds, start, end) if test(node)]
     found = []
     stack = [tree]
     while stack:
