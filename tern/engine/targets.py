@@ -183,6 +183,9 @@ class FinalImports:
     module: cst.Module
     added: list[str]
     removed: list[str]
+    #: ``names_in_use`` of the module's code when it was read (None: not read). Settling imports
+    #: adds and drops import statements only, which read no name: it holds for the result too.
+    names_read: frozenset[str] | None = None
 
 
 def finalize_imports(
@@ -199,10 +202,11 @@ def finalize_imports(
     sources = [_is_source_import(stmt) for stmt in body]
     bound_by_source = set().union(*(_bindings(stmt) for stmt, source in zip(body, sources) if source))
     used: frozenset[str] = frozenset()
+    names_read = None
     if bound_by_source:
         rest = module_text(module.with_changes(body=[stmt for stmt, source in zip(body, sources) if not source]))
         if not rest.isascii() or any(name in rest for name in bound_by_source):  # else nothing can read them
-            used = names_in_use(module_text(module))
+            used = names_read = names_in_use(module_text(module))
     removed: list[str] = []
     kept: list[cst.CSTNode] = []
     existing: dict[str, str] = {}
@@ -248,4 +252,4 @@ def finalize_imports(
             else:
                 break
         kept[at:at] = new_imports
-    return FinalImports(module.with_changes(body=kept), added, removed)
+    return FinalImports(module.with_changes(body=kept), added, removed, names_read)

@@ -829,14 +829,14 @@ def translate_module(
 
     if ctx.edits:
         final = finalize_imports(out, plan, import_todo, kept_comment, allowed, texts.code)
-        out = final.module
         for text in final.removed:
             ctx.edits.append(Edit("imports", text, ""))
         for text in final.added:
             ctx.edits.append(Edit("imports", "", text))
     else:
-        out = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed, texts.code).module
-    imported = _import_support(out, support_module, texts)
+        final = finalize_imports(out, ImportPlan(()), import_todo, kept_comment, allowed, texts.code)
+    out = final.module
+    imported = _import_support(out, support_module, texts, final.names_read)
     out, support = imported.module, imported.names
     if imported.added:
         ctx.edits.append(Edit("imports", "", imported.added))
@@ -856,19 +856,23 @@ class _SupportImport:
     text: str | None = None  # ``module.code`` when it was generated on the way (a whole-file codegen saved)
 
 
-def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts) -> _SupportImport:
+def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts,
+                    names_read: frozenset[str] | None = None) -> _SupportImport:
     """The module importing, from its package's support module, every support definition its
     code refers to and does not define itself.
 
     Found on the finished text rather than told by the rules, so a rerun (whose rules do not
-    fire again) keeps exactly the import the first run wrote."""
+    fire again) keeps exactly the import the first run wrote. ``names_read``: ``names_in_use``
+    of a version of the module that differs from it in import statements only, when known
+    (import statements read no name; the support import is one)."""
     previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
     text = texts.code(stripped)
     if not _may_use_support(text):
         return _SupportImport(stripped, (), "", text)
-    used = sorted((names_in_use(text) & support_names()) - _module_bound(parsed(text)))
+    used = (names_in_use(text) if names_read is None else names_read) & support_names()
+    used = sorted(used - _module_bound(parsed(text))) if used else []
     if not used:
         return _SupportImport(stripped, (), "", text)
     statement = import_statement(support_module, used)

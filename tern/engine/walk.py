@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.dispatch import has_field_hooks, hooks
+from tern.engine.dispatch import has_field_hooks
 
 #: per node type, the function that lists its children (learnt on first sight, ``_learn``)
 _CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
@@ -297,8 +297,9 @@ def _visit_only_types(visitor_class: type) -> frozenset[str] | None:
         if kinds is None:
             break
     result = None if kinds is None else frozenset(kinds)
-    if len(_VISIT_ONLY) < 1024:  # bounded: rules define visitor classes inside functions
-        _VISIT_ONLY[visitor_class] = result
+    if len(_VISIT_ONLY) >= 1024:  # bounded: rules define visitor classes inside functions
+        _VISIT_ONLY.clear()
+    _VISIT_ONLY[visitor_class] = result
     return result
 
 
@@ -326,8 +327,13 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
 def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """``_walk`` for a visitor with LibCST's own ``on_visit``/``on_leave``: their lookup of the
     ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
-    once per node type, and the stubs of the types the visitor has no method for are not called."""
-    table: dict[type, tuple[Callable | None, Callable | None]] = {}
+    once per visitor class and node type, and the stubs of the types the visitor has no method
+    for are not called."""
+    if any(name.startswith(("visit_", "leave_")) for name in vars(visitor)):  # hooks of its own: rare
+        _walk(root, visitor)
+        return
+    table = _class_hooks(type(visitor))
+    leaves = _visit_only_types(type(visitor)) is None
     stack: list = [root]
     while stack:
         item = stack.pop()
@@ -335,17 +341,40 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
             node = item[0]
             leave = table[node.__class__][1]
             if leave is not None:
-                leave(node)
+                leave(visitor, node)
             continue
         kind = item.__class__
         pair = table.get(kind)
         if pair is None:
-            pair = table[kind] = hooks(visitor, cst.CSTVisitor, kind)
-        stack.append((item,))
-        if pair[0] is None or pair[0](item) is not False:
+            pair = table[kind] = _unbound_hooks(type(visitor), kind)
+        if leaves:
+            stack.append((item,))
+        if pair[0] is None or pair[0](visitor, item) is not False:
             below = (_CHILDREN.get(kind) or _learn(item))(item)
             below.reverse()
             stack.extend(below)
+
+
+_CLASS_HOOKS: dict[type, dict[type, tuple[Callable | None, Callable | None]]] = {}
+
+
+def _class_hooks(visitor_class: type) -> dict[type, tuple[Callable | None, Callable | None]]:
+    """Per node type, the class' ``visit_<Type>``/``leave_<Type>`` functions (None for LibCST's stubs)."""
+    table = _CLASS_HOOKS.get(visitor_class)
+    if table is None:
+        table = {}
+        if len(_CLASS_HOOKS) < 1024:  # bounded: rules define visitor classes inside functions
+            _CLASS_HOOKS[visitor_class] = table
+    return table
+
+
+def _unbound_hooks(visitor_class: type, kind: type) -> tuple[Callable | None, Callable | None]:
+    found = []
+    for prefix in ("visit_", "leave_"):
+        function = getattr(visitor_class, prefix + kind.__name__, None)
+        found.append(None if function is None or function is getattr(cst.CSTVisitor, prefix + kind.__name__, None)
+                     else function)
+    return found[0], found[1]
 
 
 def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
