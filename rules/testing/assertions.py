@@ -15,11 +15,12 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.results import Refusal
+from tern.engine.nodes import self_attribute
 from tern.engine.records import api_record
 from tern.engine.render import bind, map_arguments
-from tern.engine.templates import expand_template
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
+from tern.engine.templates import expand_template
 
 TABLE = Path(__file__).with_name("assertions.toml")
 
@@ -63,7 +64,7 @@ class AssertionsRule(Rule):
         return None
 
     def leave_call(self, ctx, original, updated):
-        if not m.matches(updated.func, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        if not self_attribute(updated.func):
             return None
         if not ctx.rule_state.get("tf_testcase_depth"):
             return None

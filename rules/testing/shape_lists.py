@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.nodes import self_attribute
 from tern.engine.rule import Rule
 
 ASSERTIONS = frozenset({"assertEqual", "assertEquals"})
@@ -30,7 +31,7 @@ class ShapeListsRule(Rule):
     order = 60  # before assertions (70) may rewrite the call
 
     def leave_call(self, ctx, original, updated):
-        if not m.matches(updated.func, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        if not self_attribute(updated.func):
             return None
         if updated.func.attr.value not in ASSERTIONS or len(updated.args) < 2:
             return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.nodes import self_attribute
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 
@@ -43,7 +44,7 @@ class TensorListsRule(Rule):
     order = 61  # after shape_lists (60), before assertions (70)
 
     def leave_call(self, ctx, original, updated):
-        if not m.matches(updated.func, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        if not self_attribute(updated.func):
             return None
         if updated.func.attr.value not in ASSERTIONS or not ctx.rule_state.get("tf_testcase_depth"):
             return None

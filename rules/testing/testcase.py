@@ -13,7 +13,6 @@ Keeps a per-file count of open TF test classes so the assertion rule knows when
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from tern.engine.rule import Rule
 
@@ -59,7 +58,7 @@ class TestCaseRule(Rule):
         return None
 
     def leave_statement(self, ctx, original, updated):
-        if m.matches(original, m.SimpleStatementLine(body=[m.Expr(value=m.Call())])):
+        if len(original.body) == 1 and original.body[0].__class__ is cst.Expr and original.body[0].value.__class__ is cst.Call:
             if ctx.resolve(original.body[0].value.func) in DROPPED:
                 return cst.RemoveFromParent()
         return None

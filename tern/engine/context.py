@@ -89,14 +89,20 @@ class FileContext:
     #: the file's text as read, None when not known (``mentions``)
     source: str | None = None
 
+    #: ``mentions``' answers: rules ask per function and per call, each a search of the whole text
+    _mentioned: dict[tuple[str, ...], bool] = field(default_factory=dict, repr=False)
+
     # -- asked by rules and converters -------------------------------------------------
     def mentions(self, *words: str) -> bool:
         """Whether the file's text holds one of ``words``. Where it holds none, no node of the
         original file spells one: no attribute or name is so called, and no name resolves to a
         symbol ending so (canonical names keep their last part), so a rule can skip a walk.
         Unknown and non-ASCII texts hold every word (Python folds identifiers under NFKC)."""
-        text = self.source
-        return text is None or not text.isascii() or any(word in text for word in words)
+        known = self._mentioned.get(words)
+        if known is None:
+            text = self.source
+            known = self._mentioned[words] = text is None or not text.isascii() or any(word in text for word in words)
+        return known
 
     def resolve(self, node: cst.BaseExpression) -> str | None:
         return self.scopes.resolve(node)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+
+
+def self_attribute(node: cst.CSTNode) -> bool:
+    """``self.x``: what ``m.Attribute(value=m.Name("self"), attr=m.Name())`` matches, asked of
+    every call's function by several rules, at a tenth of a matcher's cost."""
+    return node.__class__ is cst.Attribute and node.value.__class__ is cst.Name and node.value.value == "self"
 
 
 def holder(node: cst.BaseExpression) -> str | None:
     """The name a value is held under, ``x`` or ``self.x``; None for any other expression."""
     if isinstance(node, cst.Name):
         return node.value
-    if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
+    if self_attribute(node):
         return "self." + node.attr.value
     return None
