@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from tern.engine.dispatch import CachedHooks
 from tern.engine.walk import findall, walk
 
 
@@ -77,7 +78,7 @@ def tape_uses(node: cst.CSTNode, tape: str) -> list[cst.Attribute]:
     return findall(node, m.Attribute(value=m.Name(tape)))
 
 
-class Put(cst.CSTTransformer):
+class Put(CachedHooks):
     """Replace a placeholder name (or one exact call node) by ``value``."""
 
     def __init__(self, target: str | cst.CSTNode, value: cst.BaseExpression):

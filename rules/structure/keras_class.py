@@ -24,6 +24,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.context import LayerRef
 from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
@@ -278,7 +279,7 @@ def _collection(call: cst.Call) -> str:
     return "params"
 
 
-class _ParamsToFields(cst.CSTTransformer):
+class _ParamsToFields(CachedHooks):
     """Constructor parameter loads become ``self.<field>`` in ``setup``."""
 
     def __init__(self, names: set[str]):
@@ -924,7 +925,7 @@ def _field_conflicts(cls: cst.ClassDef, params: set[str]) -> dict[str, str]:
     return out
 
 
-class _RenameSelfAttrs(cst.CSTTransformer):
+class _RenameSelfAttrs(CachedHooks):
     def __init__(self, names: dict[str, str]):
         self.names = names
 
@@ -1006,7 +1007,7 @@ def _resolved_once(setup) -> dict[str, str]:
     return {a: t for a, t in found.items() if t is not None and stores.count(a) == 1}
 
 
-class _LookupOnce(cst.CSTTransformer):
+class _LookupOnce(CachedHooks):
     """``_TERN_X.get(self.a, self.a)`` -> ``self.a`` where setup already looked ``self.a`` up in that
     table: the table maps names to functions, and a function is not a key, so a second lookup
     gives the same value."""
@@ -1027,7 +1028,7 @@ class _LookupOnce(cst.CSTTransformer):
 DTYPE_POLICY = ("compute_dtype", "dtype", "variable_dtype")
 
 
-class _DtypePolicy(cst.CSTTransformer):
+class _DtypePolicy(CachedHooks):
     """``self.compute_dtype`` -> ``jnp.float32`` where the class has no attribute of that name."""
 
     def __init__(self, ctx, names: frozenset[str]):
@@ -1057,7 +1058,7 @@ def _strip_doc(stmts):
     return out
 
 
-class _WeightRewriter(cst.CSTTransformer):
+class _WeightRewriter(CachedHooks):
     """``self.w = self.add_weight(...)`` and uses of ``self.w`` inside a compact ``__call__``."""
 
     def __init__(self, ctx, info: KerasClass):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.results import Refusal
+from tern.engine.dispatch import CachedHooks
 from tern.engine.layers import apply_stateless, call_arguments
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.records import DROP
 from tern.engine.render import commas
-from tern.engine.templates import expand_template
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
+from tern.engine.templates import expand_template
 from tern.engine.walk import walk
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
@@ -273,7 +274,7 @@ def _inputs_out_of_lists(ctx, stmts, new, lists):
             continue
         found = []
 
-        class Replace(cst.CSTTransformer):
+        class Replace(CachedHooks):
             def leave_Call(self, original, updated):
                 if ctx.resolve(original.func) in INPUTS:
                     found.append(original)

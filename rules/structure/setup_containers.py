@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
+from tern.engine.dispatch import CachedHooks
 from tern.engine.walk import findall
 
 SELF = "self"
@@ -54,7 +55,7 @@ def filled_containers(setup: cst.FunctionDef) -> set[str]:
     return filled
 
 
-class _ToLocal(cst.CSTTransformer):
+class _ToLocal(CachedHooks):
     def __init__(self, attrs: set[str]):
         self.attrs = attrs
 
@@ -94,7 +95,7 @@ def setup_lists(setup: cst.FunctionDef | None) -> set[str]:
     return out
 
 
-class CompareAsLists(cst.CSTTransformer):
+class CompareAsLists(CachedHooks):
     """``x != self.levels`` -> ``x != list(self.levels)`` for attributes setup made lists."""
 
     def __init__(self, attrs: set[str]):
@@ -113,7 +114,7 @@ class CompareAsLists(cst.CSTTransformer):
         return node
 
 
-class FrozenDictChecks(cst.CSTTransformer):
+class FrozenDictChecks(CachedHooks):
     """``isinstance(x, dict)`` -> ``isinstance(x, (dict, FrozenDict))`` in a module's methods.
 
     Flax freezes a dict a module holds (a field given a dict, or one ``setup`` assigns) into a

@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import nodes
 
@@ -52,7 +53,7 @@ def _concatenation(node: cst.CSTNode) -> bool:
         or (_visible_shape(node.right) and _as_tuple(node.left) is not None))
 
 
-class _Concatenations(cst.CSTTransformer):
+class _Concatenations(CachedHooks):
     def leave_BinaryOperation(self, original, updated):
         if not isinstance(updated.operator, cst.Add):
             return updated

@@ -17,11 +17,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.features.tf_data.datasets import FileDatasets, parse_expression
+from tern.engine.dispatch import CachedHooks
 from tern.engine.results import code
-from tern.engine.templates import expand_template
 from tern.engine.rule import Rule
+from tern.engine.templates import expand_template
 from tern.engine.walk import findall, walk
+from tern.features.tf_data.datasets import FileDatasets, parse_expression
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
@@ -66,7 +67,7 @@ def _maybe_dataset(judge, iterable: cst.BaseExpression) -> bool:
     return tree is not None and judge.root(tree) is not None
 
 
-class _Bridge(cst.CSTTransformer):
+class _Bridge(CachedHooks):
     """Wraps the iterable of each loop of one function body that the judge calls a dataset
     (a parameter only when what the loop yields is passed to a call)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import walk
 
@@ -41,7 +42,7 @@ class _Control(cst.CSTVisitor):
         return False
 
 
-class _GraphConds(cst.CSTTransformer):
+class _GraphConds(CachedHooks):
     """A graph function traces both branches of ``tf.cond`` in TF as well: ``jax.lax.cond``
     says so directly (``eager_cond`` is for eager code, where TF runs one branch)."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 from tern.features.training.step_syntax import UNROLLED
@@ -25,7 +26,7 @@ from tern_rules.structure.gradient_tape_step import replace_params, state_and, s
 from tern.features.training import TrainingFacts
 
 
-class References(cst.CSTTransformer):
+class References(CachedHooks):
     """A transformer that tells references (``self.skip`` holds the names that are not: attribute
     names and keywords)."""
 
@@ -92,7 +93,7 @@ def states_and(states: tuple[str, ...], value: cst.BaseExpression | None) -> cst
     return out.with_changes(elements=[cst.Element(cst.Name(s)) for s in states] + [out.elements[-1]])
 
 
-class _OptimizerReads(cst.CSTTransformer):
+class _OptimizerReads(CachedHooks):
     """``optimizer.iterations`` -> ``state.step``; ``optimizer.learning_rate`` -> Keras' rate for
     the next update, ``state.tx.learning_rate_at(state.step)`` (``support/KerasOptimizer.py``)."""
 
@@ -113,7 +114,7 @@ class _OptimizerReads(cst.CSTTransformer):
         return cst.parse_expression("state.tx.learning_rate_at(state.step)")
 
 
-class _Thread(cst.CSTTransformer):
+class _Thread(CachedHooks):
     """Training calls rebind ``state``; readers' model calls become ``state.predict``."""
 
     def __init__(self, package, reader: bool, states: tuple[str, ...] = ("state",)):
@@ -173,7 +174,7 @@ class _Thread(cst.CSTTransformer):
                                     whitespace_after_return=cst.SimpleWhitespace(" "))
 
 
-class _Unroll(cst.CSTTransformer):
+class _Unroll(CachedHooks):
     """``xs = [f(x) for x in items]`` (or ``return [...]``) holding a training call becomes a loop
     appending to ``xs``, so the call can rebind the state (tern/features/training/train_steps.py ``unrollable``)."""
 

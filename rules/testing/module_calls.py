@@ -19,6 +19,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern_rules.structure.sequential import becomes_nn_sequential
 from tern.engine.nodes import holder
@@ -366,7 +367,7 @@ class ModuleCallsRule(Rule):
         return None
 
 
-class _Put(cst.CSTTransformer):
+class _Put(CachedHooks):
     def __init__(self, value, ctx):
         self.value = value
         self.ctx = ctx

@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 
@@ -41,7 +42,7 @@ def _why_kept(item: cst.WithItem, body: cst.BaseSuite) -> str | None:
     return None
 
 
-class _Unwrap(cst.CSTTransformer):
+class _Unwrap(CachedHooks):
     def leave_With(self, original, updated):
         helpers = [(i, _helper(item)) for i, item in enumerate(updated.items)]
         if not any(h for _, h in helpers):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
 from tern.engine.records import TargetModule
 from tern.engine.results import module_code
@@ -51,7 +52,7 @@ class ImportPlan:
         return attribute_chain(self.spell(dotted))
 
 
-class _Respell(cst.CSTTransformer):
+class _Respell(CachedHooks):
     """Respells full dotted target names inside a parsed template skeleton."""
 
     def __init__(self, plan: ImportPlan):

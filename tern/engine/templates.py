@@ -13,6 +13,7 @@ from typing import Protocol
 
 import libcst as cst
 
+from tern.engine.dispatch import CachedHooks
 from tern.engine.records import Tables
 from tern.engine.results import Refusal, code, value_table_name
 
@@ -65,7 +66,7 @@ def _table_name(ctx: RenderContext, kind: str) -> str:
     return value_table_name(kind)
 
 
-class _Substitute(cst.CSTTransformer):
+class _Substitute(CachedHooks):
     """Puts argument code in for placeholders; parenthesizes it only inside operators."""
 
     def __init__(self, values: dict[str, cst.BaseExpression]):
@@ -184,7 +185,7 @@ def expand_template(
     return filled.visit(_FoldLiteralConditions())
 
 
-class _FoldLiteralConditions(cst.CSTTransformer):
+class _FoldLiteralConditions(CachedHooks):
     """``a if True else b`` -> ``a`` (templates branch on arguments that are often literals)."""
 
     def leave_IfExp(self, original, updated):
