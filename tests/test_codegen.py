@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from tern.engine.results import ModuleTexts, code, module_code
+from tern.engine.results import ModuleTexts, code, module_code, short_code
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "fixtures" / "tf").rglob("*.py"))[::3] + sorted((ROOT / "fixtures" / "expected").rglob("*.py"))[::3]
@@ -40,3 +40,29 @@ def test_module_texts_edges(text):
 def test_crlf_and_tabs_are_the_modules():
     module = cst.parse_module("if x:\r\n\ty = 1\r\n")
     assert module_code(module) == module.code == "if x:\r\n\ty = 1\r\n"
+
+
+def _short_the_long_way(node: cst.CSTNode) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@pytest.mark.parametrize("path", FILES[::2], ids=lambda p: str(p.relative_to(ROOT)))
+def test_short_code_is_the_whole_code_cut(path):
+    """An edit's text is generated only as far as the cut needs; it must read as if cut from all of it."""
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    for stmt in module.body:
+        for node in (stmt, *getattr(getattr(stmt, "body", None), "body", ())):
+            assert short_code(node) == _short_the_long_way(node)
+
+
+@pytest.mark.parametrize("text", [
+    "x = 1\n",
+    "f(" + ", ".join(f"a{i}" for i in range(60)) + ")\n",  # cut
+    "s = '" + " " * 300 + "x'\n",  # whitespace inside a token: counted, then all of it generated
+    "# " + "word " * 60 + "\ny = 2\n",
+    "def f(a,\n      b):\n" + "    return a + b\n" * 40,
+])
+def test_short_code_edges(text):
+    node = cst.parse_module(text).body[0]
+    assert short_code(node) == _short_the_long_way(node)

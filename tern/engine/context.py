@@ -14,7 +14,7 @@ from tern.engine.names import Scopes
 from tern.engine.package import PackageInfo
 from tern.engine.records import Tables
 from tern.engine.report import Edit, Note, Todo
-from tern.engine.results import Refusal, code, value_table_name
+from tern.engine.results import Refusal, short_code, value_table_name
 from tern.engine.targets import ImportPlan, respell
 from tern.engine.templates import RNG_KEYS
 
@@ -227,5 +227,4 @@ def _parsed_statement(text: str, modules):
 
 
 def _short(node: cst.CSTNode) -> str:
-    text = " ".join(code(node).split())
-    return text if len(text) <= 120 else text[:117] + "..."
+    return short_code(node, 120)

@@ -42,6 +42,41 @@ def code(node: cst.CSTNode, module: cst.Module | None = None) -> str:
     return "".join(state.tokens)
 
 
+class _Enough(Exception):
+    """Raised by ``_Prefix`` once it holds enough of a node's code."""
+
+
+class _Prefix(_Unrecorded):
+    """A codegen state that stops the codegen once its tokens hold ``bound`` characters that
+    are not whitespace-only tokens."""
+
+    def __init__(self, bound: int, **kwargs):
+        super().__init__(**kwargs)
+        self._left = bound
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        if not value.isspace():
+            self._left -= len(value)
+            if self._left < 0:
+                raise _Enough
+
+
+def short_code(node: cst.CSTNode, limit: int = 120) -> str:
+    """The node's code on one line (whitespace runs as one space), cut to ``limit`` characters
+    with ``...``: what a report shows of an edit. Only as much code is generated as the cut
+    needs; an edit may be a whole class."""
+    state = _Prefix(limit + 8, default_indent=_NO_MODULE.default_indent, default_newline=_NO_MODULE.default_newline)
+    try:
+        node._codegen(state)
+        text = " ".join("".join(state.tokens).split())
+    except _Enough:
+        text = " ".join("".join(state.tokens).split())
+        if len(text) <= limit:  # whitespace inside tokens (strings, comments) counted: all of it, then
+            text = " ".join(code(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def module_code(module: cst.Module) -> str:
     """``module.code``."""
     return code(module, module)

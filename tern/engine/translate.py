@@ -8,6 +8,7 @@ the discovered rules. Anything TF that survives a statement gets a ``TODO(tern)`
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from tern.engine.render import api_call, commas, bind
 from tern.engine.results import ModuleTexts, code
 from tern.engine.templates import expand_template
 from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Todo
-from tern.engine.rule import HOOKS, consumed_names, discover, overrides
+from tern.engine.rule import HOOKS, Rule, consumed_names, discover, overrides
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
 from tern.engine.walk import findall, indexed, walk
@@ -97,13 +98,19 @@ class _SourceRefs(cst.CSTVisitor):
         return False
 
 
+@functools.cache
+def _hooked(is_test: bool) -> dict[str, tuple[Rule, ...]]:
+    """Per hook, the rules that apply to a test file (or not) and have that hook, in order."""
+    rules = [r for r in discover() if r.applies(is_test)]
+    return {hook: tuple(r for r in rules if overrides(r, hook)) for hook in HOOKS}
+
+
 class Translator(CachedHooks):
     def __init__(self, ctx: FileContext):
         super().__init__()
         self.ctx = ctx
-        self.rules = [r for r in discover() if r.applies(ctx.is_test)]
         #: per hook, the rules that have one (in order): the others' inherited hooks all return None
-        self.hooked = {hook: [r for r in self.rules if overrides(r, hook)] for hook in HOOKS}
+        self.hooked = _hooked(ctx.is_test)
         self.consumed = consumed_names()
         self._callees: set[int] = set()
         self._edit_marks: list[int] = []
