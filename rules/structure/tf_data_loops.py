@@ -15,13 +15,12 @@ methods (Flax modules) and in functions tf.data itself runs are left alone.
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from tern.engine.dispatch import CachedHooks
 from tern.engine.results import code
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
-from tern.engine.walk import findall, walk
+from tern.engine.walk import walk
 from tern.features.tf_data.datasets import FileDatasets, parse_expression
 
 
@@ -59,6 +58,35 @@ def _feeds_a_call(target: cst.BaseExpression, *body: cst.CSTNode) -> bool:
     for node in body:
         walk(node, passed)
     return bool(_names(target) & passed.names)
+
+
+class _OwnLoops(cst.CSTVisitor):
+    """The loops ``_Bridge`` visits: those of one function, not of the functions, classes and
+    lambdas inside it (those were bridged when they were left)."""
+
+    def __init__(self):
+        self.found: list[cst.For | cst.CompFor] = []
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_ClassDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def visit_For(self, node) -> None:
+        self.found.append(node)
+
+    def visit_CompFor(self, node) -> None:
+        self.found.append(node)
+
+
+def _own_loops(body: cst.CSTNode) -> list[cst.For | cst.CompFor]:
+    loops = _OwnLoops()
+    walk(body, loops)
+    return loops.found
 
 
 def _maybe_dataset(judge, iterable: cst.BaseExpression) -> bool:
@@ -131,7 +159,7 @@ class TfDataLoopsRule(Rule):
         frame = ctx.frame
         if facts is None or not facts.record.bridge or frame is None or frame.in_module_method:
             return None
-        loops = findall(updated.body, m.For() | m.CompFor())
+        loops = _own_loops(updated.body)
         judge = facts.judge(original.name.value, set() if ctx.is_test else _params(original))
         if not any(_maybe_dataset(judge, loop.iter) for loop in loops):
             return None  # the bridge wraps datasets' loops only: none here, the body is not rebuilt
