@@ -16,7 +16,7 @@ import libcst.matchers as m
 
 from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
-from tern.engine.walk import nodes
+from tern.engine.walk import findall
 
 SHAPE = m.Attribute(attr=m.Name("shape")) | m.Call(func=m.Attribute(attr=m.Name("get_shape")), args=[])
 
@@ -69,7 +69,7 @@ class ShapeConcatRule(Rule):
     order = 61  # after tensor_methods (60), which turns ``get_shape()`` into ``.shape``
 
     def leave_statement(self, ctx, original, updated):
-        if not ctx.scopes.imports_source or not any(_concatenation(node) for node in nodes(updated)):
+        if not ctx.scopes.imports_source or not any(map(_concatenation, findall(updated, m.BinaryOperation()))):
             return None  # nothing to rewrite: the statement is not rebuilt
         if isinstance(updated, cst.SimpleStatementLine):
             changed = updated.visit(_Concatenations())

@@ -15,6 +15,7 @@ import bisect
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import re
 import textwrap
@@ -334,6 +335,9 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         return
     table = _class_hooks(type(visitor))
     leaves = _visit_only_types(type(visitor)) is None
+    # no hook of the visitor's is for whitespace or punctuation: what is below those is not entered
+    listers, learn = (_INDEXED_CHILDREN, _learn_indexed) if _hook_types(type(visitor)).isdisjoint(_UNINDEXED) \
+        else (_CHILDREN, _learn)
     stack: list = [root]
     while stack:
         item = stack.pop()
@@ -350,12 +354,26 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         if leaves:
             stack.append((item,))
         if pair[0] is None or pair[0](visitor, item) is not False:
-            below = (_CHILDREN.get(kind) or _learn(item))(item)
+            below = (listers.get(kind) or learn(item))(item)
             below.reverse()
             stack.extend(below)
 
 
 _CLASS_HOOKS: dict[type, dict[type, tuple[Callable | None, Callable | None]]] = {}
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: rules define visitor classes inside functions
+def _hook_types(visitor_class: type) -> frozenset[str]:
+    """The node types a visitor class has ``visit_<Type>`` or ``leave_<Type>`` methods for."""
+    kinds = set()
+    for kind in visitor_class.__mro__:
+        if kind is cst.CSTVisitor:
+            break
+        for name in vars(kind):
+            prefix, _, rest = name.partition("_")
+            if prefix in ("visit", "leave") and rest in _NODE_TYPES:
+                kinds.add(rest)
+    return frozenset(kinds)
 
 
 def _class_hooks(visitor_class: type) -> dict[type, tuple[Callable | None, Callable | None]]:
@@ -412,13 +430,16 @@ def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher
         if found_span is not None:
             index, start, end = found_span
             return [node for _, node in index.of_types(kinds, start, end) if test(node)]
+    # what no matcher of these kinds can match below (whitespace, punctuation) is not entered
+    listers, learn = (_INDEXED_CHILDREN, _learn_indexed) if kinds is not None and kinds.isdisjoint(_UNINDEXED) \
+        else (_CHILDREN, _learn)
     found = []
     stack = [tree]
     while stack:
         node = stack.pop()
         if (kinds is None or node.__class__.__name__ in kinds) and test(node):
             found.append(node)
-        below = (_CHILDREN.get(node.__class__) or _learn(node))(node)
+        below = (listers.get(node.__class__) or learn(node))(node)
         below.reverse()
         stack.extend(below)
     return found
