@@ -17,6 +17,7 @@ import libcst.matchers as m
 from tern.engine.context import LayerRef
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.names import short_name
+from tern.engine.nodes import assigns_a_call_to_a_name
 from tern.engine.rule import Rule
 from tern.engine.walk import findall, walk
 
@@ -37,15 +38,6 @@ def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
 
     walk(node, V())
     return found
-
-
-def _assigns_a_call_to_a_name(stmt: cst.CSTNode) -> bool:
-    """``name = f(...)``, alone on its line (a matcher's test, without a matcher's cost: it runs
-    on every statement of every function)."""
-    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-        return False
-    assign = stmt.body[0]
-    return len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and isinstance(assign.value, cst.Call)
 
 
 def _input_target(stmt: cst.CSTNode, ctx) -> str | None:
@@ -86,7 +78,7 @@ class FunctionalModelRule(Rule):
     def visit_function(self, ctx, node):
         frame = ctx.frame
         for stmt in node.body.body:
-            if _assigns_a_call_to_a_name(stmt):
+            if assigns_a_call_to_a_name(stmt):
                 assign = stmt.body[0]
                 name = ctx.resolve(assign.value.func)
                 if name in ctx.tables.layers:

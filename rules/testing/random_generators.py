@@ -14,22 +14,26 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.results import Refusal
+from tern.engine.nodes import assigns_a_call_to_a_name
 from tern.engine.render import api_call
+from tern.engine.results import Refusal
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 
 SOURCE = "tensorflow.random.Generator"
 MAKERS = frozenset({f"{SOURCE}.from_seed", f"{SOURCE}.from_non_deterministic_state", SOURCE,
                     "tensorflow.random.get_global_generator"})
+MAKER_WORDS = tuple(sorted({name.rsplit(".", 1)[-1] for name in MAKERS}))
 STATE = "random_generators"
 
 
 def _bindings(ctx, stmts) -> dict[str, cst.SimpleStatementLine]:
     """``name = <generator>`` statements among ``stmts``, by name."""
     out = {}
+    if not ctx.mentions(*MAKER_WORDS):
+        return out  # nothing in the file can resolve to a maker
     for stmt in stmts:
-        if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])):
+        if assigns_a_call_to_a_name(stmt):
             assign = stmt.body[0]
             if ctx.resolve(assign.value.func) in MAKERS:
                 out[assign.targets[0].target.value] = stmt

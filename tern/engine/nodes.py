@@ -18,3 +18,12 @@ def holder(node: cst.BaseExpression) -> str | None:
     if self_attribute(node):
         return "self." + node.attr.value
     return None
+
+
+def assigns_a_call_to_a_name(stmt: cst.CSTNode) -> bool:
+    """``name = f(...)``, alone on its line (a matcher's test, without a matcher's cost: it runs
+    on every statement of every function)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    assign = stmt.body[0]
+    return len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and isinstance(assign.value, cst.Call)
