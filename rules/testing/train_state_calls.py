@@ -98,7 +98,7 @@ class TrainStateCallsRule(Rule):
                     and value.func.value in ctx.package.fact(TrainingFacts).optimizer_factories
                 if isinstance(target, cst.Name) and (name.startswith("keras.optimizers.") or factory):
                     _optimizers(ctx).add(target.value)
-        if len(original.body) == 1 and m.matches(original.body[0], m.Expr(value=m.Call(
+        if len(original.body) == 1 and original.body[0].__class__ is cst.Expr and m.matches(original.body[0], m.Expr(value=m.Call(
                 func=m.Attribute(attr=m.Name("build")),
                 args=[m.Arg(value=m.Attribute(attr=m.Name("trainable_variables") | m.Name("trainable_weights")))]))):
             return cst.RemovalSentinel.REMOVE  # optax state is created with the train state
@@ -111,7 +111,8 @@ class TrainStateCallsRule(Rule):
                 cst.Arg(updated.func.value, comma=_comma()), updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         if ctx.resolve(func) == "tensorflow.Variable":
             return self._variable(ctx, updated)
-        if m.matches(func, m.Attribute(value=m.Name())) and func.value.value in _optimizers(ctx) and func.attr.value != "build":
+        if func.__class__ is cst.Attribute and func.value.__class__ is cst.Name and func.value.value in _optimizers(ctx) \
+                and func.attr.value != "build":
             ctx.todo(f"keras.optimizers.Optimizer.{func.attr.value}", OPTIMIZER_API)
             return updated.with_changes(func=original.func)  # not the attribute leave_attribute reads
         if not isinstance(original.func, cst.Name):
@@ -227,7 +228,7 @@ class TrainStateCallsRule(Rule):
 def _is_keras_apply_gradients(call: cst.Call) -> bool:
     """``X.apply_gradients(pairs)``: Keras' form (one positional argument); flax's TrainState
     takes ``grads=`` by keyword, so a positional call in a test can only be a Keras optimizer's."""
-    return (m.matches(call.func, m.Attribute(attr=m.Name("apply_gradients"))) and len(call.args) == 1
+    return (call.func.__class__ is cst.Attribute and call.func.attr.value == "apply_gradients" and len(call.args) == 1
             and call.args[0].keyword is None and not call.args[0].star)
 
 

@@ -65,11 +65,17 @@ class CachedHooks(cst.CSTTransformer):
         return pair
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        visit = self._hooks(node.__class__)[0]
+        try:  # called for every node: the table read inline, filled on a miss
+            visit = self._hook_table[node.__class__][0]
+        except (AttributeError, KeyError):
+            visit = self._hooks(node.__class__)[0]
         return visit is None or visit(node) is not False
 
     def on_leave(self, original_node, updated_node):
-        leave = self._hooks(original_node.__class__)[1]
+        try:
+            leave = self._hook_table[original_node.__class__][1]
+        except (AttributeError, KeyError):
+            leave = self._hooks(original_node.__class__)[1]
         return updated_node if leave is None else leave(original_node, updated_node)
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
