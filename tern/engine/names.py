@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass
 
 import libcst as cst
+
+from tern.engine.ast_walks import children as ast_children, walk as ast_walk
 from tern.engine.walk import walk
 
 SOURCE_ROOTS = ("tensorflow", "keras", "tf_keras")
@@ -231,7 +233,7 @@ def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
             bound.add(node.id)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
     bound.difference_update(imports)
     return bound, imports
 
@@ -251,7 +253,7 @@ def source_facts(source: str) -> SourceFacts | None:
         return None
     candidates: set[str] = set()
     scopes: dict[tuple, list] = {}
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for local, full in ast_bindings(node).items():
                 if full.split(".")[0] in SOURCE_ROOTS:
@@ -266,7 +268,7 @@ def source_facts(source: str) -> SourceFacts | None:
         elif isinstance(node, ast.ClassDef):
             children = [*node.decorator_list, *node.bases, *node.keywords, *node.body]
         else:
-            children = list(ast.iter_child_nodes(node))
+            children = ast_children(node)
         for child in children:
             visit(child)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tern.engine import collection
-from tern.engine.ast_walks import kept_walks, walk as ast_walk
+from tern.engine.ast_walks import children as ast_children, kept_walks, walk as ast_walk
 from tern.engine.features import features
 from tern.engine.names import ast_tail
 
@@ -314,14 +314,14 @@ def training_layer_names() -> frozenset[str]:
 def _builds_training_layers(fn: ast.FunctionDef, names: frozenset[str]) -> bool:
     """Whether ``fn`` itself makes a layer that takes the training flag; a class it defines
     (a translated Sequential factory's module) takes the flag in its own ``__call__``."""
-    stack = list(ast.iter_child_nodes(fn))
+    stack = ast_children(fn)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.ClassDef):
             continue
         if isinstance(node, ast.Call) and ast_tail(node.func) in names:
             return True
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
     return False
 
 
@@ -421,4 +421,5 @@ def _scan_package(root: Path, files: list[Path]) -> PackageInfo:
         module = ".".join(path.relative_to(root).with_suffix("").parts)
         with collection.one_file():
             scan_source(source, module, info, training_layers)
-    return close_over_bases(info)
+    with collection.one_file():  # every module's tree is alive here: each collection would walk them all
+        return close_over_bases(info)

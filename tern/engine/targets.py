@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from tern.engine.ast_walks import children as ast_children
 from tern.engine.dispatch import CachedHooks
 from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
 from tern.engine.records import TargetModule
@@ -121,7 +122,7 @@ def names_in_use(text: str) -> frozenset[str]:
             return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in shadow:
             used.add(node.id)
-        for child in ast.iter_child_nodes(node):
+        for child in ast_children(node):
             walk(child, shadow)
 
     walk(parsed(text), frozenset())

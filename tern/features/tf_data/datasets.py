@@ -20,7 +20,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
-from tern.engine.ast_walks import walk as ast_walk
+from tern.engine.ast_walks import children as ast_children, walk as ast_walk
 from tern.engine.names import SOURCE_ROOTS, Canonicalizer, ast_bindings
 from tern.engine.records import AllowedRecord, Tables, tables as default_tables
 
@@ -156,7 +156,7 @@ def _own_nodes(body: list[ast.stmt]):
     while stack:
         node = stack.pop()
         yield node
-        for child in reversed(list(ast.iter_child_nodes(node))):
+        for child in reversed(ast_children(node)):
             if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 stack.append(child)
 

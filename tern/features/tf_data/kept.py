@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tern.engine.ast_walks import children as ast_children
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
 from tern.engine.names import ast_bindings, ast_scope, parsed, short_name
 from tern.engine.records import Tables, tables as default_tables
@@ -97,7 +98,7 @@ class _Reader:
             if isinstance(head, ast.Name) and head.id in self.resolve.bindings and head.id not in shadow:
                 self._reference(node, head, jit, graph)  # the whole chain, from its top: not entered again
                 return
-        for child in ast.iter_child_nodes(node):
+        for child in ast_children(node):
             self.walk(child, shadow, scope, params, jit, graph)
 
     def _reference(self, top: ast.expr, node: ast.Name, jit: bool, graph: bool) -> None:

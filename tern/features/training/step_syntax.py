@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tern.engine.ast_walks import own_nodes, walk as ast_walk
+from tern.engine.ast_walks import children as ast_children, own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
 
 #: names the rewritten functions introduce; a function already using one is left alone
@@ -101,7 +101,7 @@ UNROLLED = "results"  # the list a `return [... for ...]` of training calls is b
 
 
 def parent_map(fn: ast.FunctionDef) -> dict[int, ast.AST]:
-    return {id(child): node for node in ast_walk(fn) for child in ast.iter_child_nodes(node)}
+    return {id(child): node for node in ast_walk(fn) for child in ast_children(node)}
 
 
 def unrollable(fn: ast.FunctionDef, comp: ast.AST, parent: ast.AST) -> bool:
