@@ -28,3 +28,15 @@ def one_file() -> Iterator[None]:
         if enabled:
             gc.enable()
             gc.collect(0)
+
+
+@contextlib.contextmanager
+def settled() -> Iterator[None]:
+    """What exists on entry outlives what runs inside (a run's package facts: every module's
+    syntax tree): the collector leaves it alone until the end. Else each full collection walks
+    all of it again, and in forked workers writes to every page of it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -432,7 +432,8 @@ def migrate(
     single = not source.is_dir()
     root = source.parent if single else source
     # the support module an earlier run generated (a rerun on tern's output) is written anew
-    entries = [e for e in list_files(source) if not support_module.is_generated(e.path)]
+    with collection.one_file():  # a long-lived caller's heap (the daemon's) is not walked for a listing
+        entries = [e for e in list_files(source) if not support_module.is_generated(e.path)]
     if any(e.path.parent == root and e.path.name == support_module.FILE_NAME for e in entries):
         raise ValueError(f"{root / support_module.FILE_NAME} is the name of the support module tern generates "
                          "in every translated package; rename that file first")
@@ -441,7 +442,16 @@ def migrate(
     elif not dry_run:
         remove_stale_temps(target)
     readable = [e for e in entries if e.refused is None]
-    package = scan_package(root, [e.path for e in readable if e.path.suffix == ".py"])
+    with collection.one_file():  # the pre-pass' trees stay alive: a collection would walk them again and again
+        package = scan_package(root, [e.path for e in readable if e.path.suffix == ".py"])
+    with collection.settled():
+        return _migrate_scanned(source, target, root, entries, readable, package, single=single, in_place=in_place,
+                                dry_run=dry_run, jobs=jobs, progress=progress, memo=memo)
+
+
+def _migrate_scanned(source: Path, target: Path, root: Path, entries: list, readable: list, package: PackageInfo, *,
+                     single: bool, in_place: bool, dry_run: bool, jobs: int, progress, memo) -> RunReport:
+    """``migrate`` once the package is scanned: translate, write, report."""
     imports_from = support_module.import_name(root)
     work = [Job(e.rel, e.path, package, imports_from) for e in readable]
     one = translate_file
@@ -473,11 +483,14 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
     package = work[0].package
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(), package))
     try:
-        shared = [dataclasses.replace(job, package=None) for job in work]  # one package: ``migrate``'s
-        # small chunks (16 per worker): files differ in size by 100x, and a worker left with the
-        # last large chunk would keep the other idle; a chunk now carries paths, not the package
-        results = pool.map(_translate_shared, shared, chunksize=max(1, len(work) // (jobs * 16)))
-        done = list(progress(results, len(work)) if progress else results)
+        # largest files first, one at a time: files differ in size by 100x, and a worker left with
+        # a large file at the end keeps the others idle; a job carries paths, not the package
+        order = sorted(range(len(work)), key=lambda i: -_size(work[i].source))
+        shared = [dataclasses.replace(work[i], package=None) for i in order]  # one package: ``migrate``'s
+        results = pool.map(_translate_shared, shared)
+        done: list = [None] * len(work)
+        for i, result in zip(order, progress(results, len(work)) if progress else results):
+            done[i] = result
     except BaseException:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
         manager = getattr(pool, "_executor_manager_thread", None)  # shutdown(wait=False) forgets it
         pool.shutdown(wait=False, cancel_futures=True)
@@ -494,6 +507,13 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
         raise
     pool.shutdown()
     return done
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # translate_file reports it
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
