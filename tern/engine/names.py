@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tern.engine.ast_walks import children as ast_children, walk as ast_walk
+from tern.engine.ast_walks import children as ast_children
 from tern.engine.walk import walk
 
 SOURCE_ROOTS = ("tensorflow", "keras", "tf_keras")
@@ -253,26 +253,26 @@ def source_facts(source: str) -> SourceFacts | None:
         return None
     candidates: set[str] = set()
     scopes: dict[tuple, list] = {}
-    for node in ast_walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for local, full in ast_bindings(node).items():
-                if full.split(".")[0] in SOURCE_ROOTS:
-                    candidates.add(local)
-
-    def visit(node) -> None:  # pre-order, in LibCST's order for the nodes that matter
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    stack: list[ast.AST] = [tree]
+    while stack:  # pre-order, in LibCST's order for the nodes that matter
+        node = stack.pop()
+        kind = node.__class__
+        if kind in functions:
             scopes.setdefault(_ast_signature(node), []).append(ast_scope(node))
             children = [*getattr(node, "decorator_list", []), *node.args.defaults,
                         *[d for d in node.args.kw_defaults if d is not None]]
             children += node.body if isinstance(node.body, list) else [node.body]
-        elif isinstance(node, ast.ClassDef):
+        elif kind is ast.ClassDef:
             children = [*node.decorator_list, *node.bases, *node.keywords, *node.body]
         else:
+            if kind is ast.Import or kind is ast.ImportFrom:  # statements: never below what is skipped above
+                for local, full in ast_bindings(node).items():
+                    if full.split(".")[0] in SOURCE_ROOTS:
+                        candidates.add(local)
             children = ast_children(node)
-        for child in children:
-            visit(child)
-
-    visit(tree)
+        children.reverse()
+        stack.extend(children)
     return SourceFacts(frozenset(candidates), scopes)
 
 

@@ -98,34 +98,30 @@ def names_in_use(text: str) -> frozenset[str]:
     file cost as much as the translation pass itself.
     """
     used: set[str] = set()
-
-    def bound_in(fn) -> set[str]:
-        bound, imports = ast_scope(fn)  # imports inside the function shadow too
-        return bound | set(imports)
-
-    def walk(node, shadow: frozenset[str]) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for default in (*node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]):
-                walk(default, shadow)
-            if not isinstance(node, ast.Lambda):
-                for decorator in node.decorator_list:
-                    walk(decorator, shadow)
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(parsed(text), frozenset())]  # a set: the order is free
+    while stack:
+        node, shadow = stack.pop()
+        kind = node.__class__
+        if kind is ast.Name:
+            if node.ctx.__class__ is ast.Load and node.id not in shadow:
+                used.add(node.id)
+            continue  # its only child is its context
+        if kind in functions:
+            outside = [*node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]
+            if kind is not ast.Lambda:
                 args = node.args
-                for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
-                    if arg is not None and arg.annotation is not None:
-                        walk(arg.annotation, shadow)
+                outside += node.decorator_list
+                outside += [arg.annotation for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs,
+                                                       args.kwarg) if arg is not None and arg.annotation is not None]
                 if node.returns is not None:
-                    walk(node.returns, shadow)
-            inner = shadow | bound_in(node)
-            for child in (node.body if isinstance(node.body, list) else [node.body]):
-                walk(child, inner)
-            return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in shadow:
-            used.add(node.id)
-        for child in ast_children(node):
-            walk(child, shadow)
-
-    walk(parsed(text), frozenset())
+                    outside.append(node.returns)
+            stack.extend((child, shadow) for child in outside)
+            bound, imports = ast_scope(node)  # imports inside the function shadow too
+            inner = shadow | bound | set(imports)
+            stack.extend((child, inner) for child in (node.body if isinstance(node.body, list) else [node.body]))
+            continue
+        stack.extend((child, shadow) for child in ast_children(node))
     return frozenset(used)
 
 
