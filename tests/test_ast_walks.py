@@ -5,30 +5,21 @@ added or reordered a child would change the pre-pass and translations silently."
 from __future__ import annotations
 
 import ast
-import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from keras_sources import keras_sample
 from tern.engine.ast_walks import SCOPES, children, kept_walks, own_nodes, walk
 
 ROOT = Path(__file__).resolve().parents[1]
 KERAS_SAMPLE = 40
 
 
-def _keras_files() -> list[Path]:
-    spec = importlib.util.find_spec("keras")  # located, never imported
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    files = sorted(p for p in Path(list(spec.submodule_search_locations)[0]).rglob("*.py") if "__pycache__" not in p.parts)
-    step = max(1, len(files) // KERAS_SAMPLE)
-    return files[::step][:KERAS_SAMPLE]
-
-
 def _trees() -> list[tuple[str, ast.Module]]:
     out = []
-    for path in sorted((ROOT / "fixtures" / "tf").rglob("*.py")) + _keras_files():
+    for path in sorted((ROOT / "fixtures" / "tf").rglob("*.py")) + keras_sample(KERAS_SAMPLE):
         try:
             out.append((str(path), ast.parse(path.read_text(encoding="utf-8"))))
         except (SyntaxError, UnicodeDecodeError):

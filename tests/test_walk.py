@@ -4,32 +4,23 @@ child, or a findall that found other nodes, would change translations silently."
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import libcst as cst
 import libcst.matchers as m
 import pytest
 
+from keras_sources import keras_sample
 from tern.engine import walk
 
 ROOT = Path(__file__).resolve().parents[1]
 KERAS_SAMPLE = 30
 
 
-def _keras_files() -> list[Path]:
-    spec = importlib.util.find_spec("keras")  # located, never imported
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    files = sorted(p for p in Path(list(spec.submodule_search_locations)[0]).rglob("*.py") if "__pycache__" not in p.parts)
-    step = max(1, len(files) // KERAS_SAMPLE)
-    return files[::step][:KERAS_SAMPLE]
-
-
 def _modules() -> list[tuple[str, cst.Module]]:
     files = sorted((ROOT / "fixtures" / "tf").rglob("*.py")) + sorted((ROOT / "fixtures" / "expected").rglob("*.py"))
     out = []
-    for path in files + _keras_files():
+    for path in files + keras_sample(KERAS_SAMPLE):
         try:
             out.append((str(path), cst.parse_module(path.read_text(encoding="utf-8"))))
         except (cst.ParserSyntaxError, UnicodeDecodeError):

@@ -85,11 +85,7 @@ def _walk(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def _walk_all(node: ast.AST) -> list[ast.AST]:
-    todo = [node]
-    get, append = _APPENDERS.get, todo.append
-    for node in todo:
-        (get(type(node)) or _learn(type(node)))(node, append)
-    return todo
+    return list(_walk(node))
 
 
 def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
