@@ -12,10 +12,12 @@ import re
 from typing import Protocol
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern.engine.dispatch import CachedHooks
 from tern.engine.records import Tables
 from tern.engine.results import Refusal, code, value_table_name
+from tern.engine.walk import findall
 
 
 class RenderContext(Protocol):
@@ -182,7 +184,15 @@ def expand_template(
     skeleton_text = _PLACEHOLDER.sub(lambda m: placeholders[m.group(1)], text)
     skeleton = ctx.target_expr(skeleton_text)
     filled = skeleton.visit(_Substitute({placeholders[n]: values[n] for n in placeholders}))
+    if not _has_conditional(skeleton) and not any(_has_conditional(values[n]) for n in placeholders):
+        return filled  # nothing to fold: the fold's rebuild of the whole expression is saved
     return filled.visit(_FoldLiteralConditions())
+
+
+def _has_conditional(node: cst.CSTNode) -> bool:
+    """Whether ``a if b else c`` occurs in ``node`` (the filled template's come from its skeleton
+    and its values)."""
+    return bool(findall(node, m.IfExp()))
 
 
 class _FoldLiteralConditions(CachedHooks):
