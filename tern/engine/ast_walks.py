@@ -99,14 +99,7 @@ def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
 
 
 def _own_all(fn: ast.AST) -> list[ast.AST]:
-    todo, out = children(fn), []
-    get, append = _APPENDERS.get, todo.append
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        if not isinstance(node, SCOPES):
-            (get(type(node)) or _learn(type(node)))(node, append)
-    return out
+    return list(_own_nodes(fn))
 
 
 #: node type -> a function that passes each of a node's children to ``append``, in order

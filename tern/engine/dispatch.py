@@ -40,13 +40,13 @@ def _class_has_field_hooks(visitor_class: type) -> bool:
 
 def hooks(visitor, base: type, kind: type) -> tuple[Callable | None, Callable | None]:
     """``visit_<kind>`` and ``leave_<kind>`` as ``base.on_visit``/``on_leave`` would find them on
-    ``visitor``; None for ``base``'s own stubs, which do nothing (visit) or return the updated
-    node (a transformer's leave)."""
+    ``visitor`` (an instance: bound methods; a class: its functions); None for ``base``'s own
+    stubs, which do nothing (visit) or return the updated node (a transformer's leave)."""
     found = []
     for prefix in ("visit_", "leave_"):
         method = getattr(visitor, prefix + kind.__name__, None)
         stub = getattr(base, prefix + kind.__name__, None)
-        found.append(None if method is None or getattr(method, "__func__", None) is stub else method)
+        found.append(None if method is None or getattr(method, "__func__", method) is stub else method)
     return found[0], found[1]
 
 

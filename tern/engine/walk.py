@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.dispatch import has_field_hooks
+from tern.engine.dispatch import has_field_hooks, hooks
 
 #: per node type, the function that lists its children (learnt on first sight, ``_learn``)
 _CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
@@ -263,7 +263,7 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     if has_field_hooks(visitor):
         node.visit(visitor)
     elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
-        kinds = None if any(name.startswith(("visit_", "leave_")) for name in vars(visitor)) else _visit_only_types(type(visitor))
+        kinds = None if _own_hooks(visitor) else _visit_only_types(type(visitor))
         found = None if kinds is None else _indexed_span(node, kinds)
         if found is not None:
             _visit_indexed(visitor, kinds, *found)
@@ -276,35 +276,30 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
 _NODE_TYPES = frozenset(name for name, value in vars(cst).items() if isinstance(value, type) and issubclass(value, cst.CSTNode))
 
 
-def _visit_only_types(visitor_class: type) -> frozenset[str] | None:
-    """The node types a visitor class has ``visit_<Type>`` methods for, when it has no
-    ``leave_<Type>`` (those are called in post-order, which the index does not give); else None."""
-    try:
-        return _VISIT_ONLY[visitor_class]
-    except KeyError:
-        pass
-    kinds: set[str] | None = set()
+@functools.lru_cache(maxsize=1024)  # bounded: rules define visitor classes inside functions
+def _typed_hooks(visitor_class: type) -> tuple[frozenset[str], frozenset[str]]:
+    """The node types a visitor class has ``visit_<Type>`` methods for, and ``leave_<Type>`` ones."""
+    visits, leaves = set(), set()
     for kind in visitor_class.__mro__:
         if kind is cst.CSTVisitor:
             break
         for name in vars(kind):
             prefix, _, rest = name.partition("_")
             if rest in _NODE_TYPES:
-                if prefix == "leave":
-                    kinds = None
-                    break
-                if prefix == "visit":
-                    kinds.add(rest)
-        if kinds is None:
-            break
-    result = None if kinds is None else frozenset(kinds)
-    if len(_VISIT_ONLY) >= 1024:  # bounded: rules define visitor classes inside functions
-        _VISIT_ONLY.clear()
-    _VISIT_ONLY[visitor_class] = result
-    return result
+                (visits if prefix == "visit" else leaves if prefix == "leave" else set()).add(rest)
+    return frozenset(visits), frozenset(leaves)
 
 
-_VISIT_ONLY: dict[type, frozenset[str] | None] = {}
+def _visit_only_types(visitor_class: type) -> frozenset[str] | None:
+    """The node types a visitor class visits, when it has no ``leave_<Type>`` (those are called
+    in post-order, which the index does not give); else None."""
+    visits, leaves = _typed_hooks(visitor_class)
+    return None if leaves else visits
+
+
+def _own_hooks(visitor: cst.CSTVisitor) -> bool:
+    """Whether the visitor object itself holds hooks (rare): then only LibCST's lookup finds them."""
+    return any(name.startswith(("visit_", "leave_")) for name in vars(visitor))
 
 
 def _visit_indexed(visitor: cst.CSTVisitor, kinds: frozenset[str], index: TreeIndex, start: int, end: int) -> None:
@@ -330,14 +325,15 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
     once per visitor class and node type, and the stubs of the types the visitor has no method
     for are not called."""
-    if any(name.startswith(("visit_", "leave_")) for name in vars(visitor)):  # hooks of its own: rare
+    if _own_hooks(visitor):
         _walk(root, visitor)
         return
     table = _class_hooks(type(visitor))
-    leaves = _visit_only_types(type(visitor)) is None
+    visit_types, leave_types = _typed_hooks(type(visitor))
+    leaves = bool(leave_types)
     # no hook of the visitor's is for whitespace or punctuation: what is below those is not entered
-    listers, learn = (_INDEXED_CHILDREN, _learn_indexed) if _hook_types(type(visitor)).isdisjoint(_UNINDEXED) \
-        else (_CHILDREN, _learn)
+    lean = _UNINDEXED.isdisjoint(visit_types) and _UNINDEXED.isdisjoint(leave_types)
+    listers, learn = (_INDEXED_CHILDREN, _learn_indexed) if lean else (_CHILDREN, _learn)
     stack: list = [root]
     while stack:
         item = stack.pop()
@@ -350,7 +346,7 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         kind = item.__class__
         pair = table.get(kind)
         if pair is None:
-            pair = table[kind] = _unbound_hooks(type(visitor), kind)
+            pair = table[kind] = hooks(type(visitor), cst.CSTVisitor, kind)
         if leaves:
             stack.append((item,))
         if pair[0] is None or pair[0](visitor, item) is not False:
@@ -362,20 +358,6 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
 _CLASS_HOOKS: dict[type, dict[type, tuple[Callable | None, Callable | None]]] = {}
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: rules define visitor classes inside functions
-def _hook_types(visitor_class: type) -> frozenset[str]:
-    """The node types a visitor class has ``visit_<Type>`` or ``leave_<Type>`` methods for."""
-    kinds = set()
-    for kind in visitor_class.__mro__:
-        if kind is cst.CSTVisitor:
-            break
-        for name in vars(kind):
-            prefix, _, rest = name.partition("_")
-            if prefix in ("visit", "leave") and rest in _NODE_TYPES:
-                kinds.add(rest)
-    return frozenset(kinds)
-
-
 def _class_hooks(visitor_class: type) -> dict[type, tuple[Callable | None, Callable | None]]:
     """Per node type, the class' ``visit_<Type>``/``leave_<Type>`` functions (None for LibCST's stubs)."""
     table = _CLASS_HOOKS.get(visitor_class)
@@ -384,15 +366,6 @@ def _class_hooks(visitor_class: type) -> dict[type, tuple[Callable | None, Calla
         if len(_CLASS_HOOKS) < 1024:  # bounded: rules define visitor classes inside functions
             _CLASS_HOOKS[visitor_class] = table
     return table
-
-
-def _unbound_hooks(visitor_class: type, kind: type) -> tuple[Callable | None, Callable | None]:
-    found = []
-    for prefix in ("visit_", "leave_"):
-        function = getattr(visitor_class, prefix + kind.__name__, None)
-        found.append(None if function is None or function is getattr(cst.CSTVisitor, prefix + kind.__name__, None)
-                     else function)
-    return found[0], found[1]
 
 
 def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
