@@ -504,6 +504,42 @@ def test_killed_parallel_run_leaves_no_workers(tmp_path, sig):
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tern-tmp")]
 
 
+_KILLED_MID_SEND = """
+from pathlib import Path
+from tern.engine import runner
+from tern.engine.package import PackageInfo
+
+def huge(job):  # every result is tens of megabytes: a worker is killed while sending one
+    return job.rel, b"x" * 40_000_000
+
+def progress(results, total):
+    for _ in results:
+        raise KeyboardInterrupt  # the first result is in; the other worker is still sending its own
+
+runner._translate_shared = huge  # the workers are forked: they run this
+work = [runner.Job(f"m{i}.py", Path(f"/nonexistent/m{i}.py"), PackageInfo()) for i in range(6)]
+try:
+    runner._translate_all(work, 2, progress)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked pool workers")
+def test_an_interrupt_while_a_worker_sends_its_result_does_not_hang_the_exit(tmp_path):
+    """A worker killed halfway through a result left the pool's manager thread waiting for the
+    rest, and the interpreter's exit joined that thread forever (seen once in CI as a SIGTERMed
+    ``-j 2`` run that never ended)."""
+    script = tmp_path / "mid_send.py"
+    script.write_text(_KILLED_MID_SEND)
+    try:
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT,
+                              env=_env(), timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the interrupted run never exited")
+    assert (proc.returncode, proc.stdout) == (0, "interrupted\n"), proc.stderr
+
+
 # ---------------------------------------------------------------------------- reports
 
 

@@ -493,12 +493,19 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
             done[i] = result
     except BaseException:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
         manager = getattr(pool, "_executor_manager_thread", None)  # shutdown(wait=False) forgets it
+        results_pipe = getattr(getattr(pool, "_result_queue", None), "_writer", None)
         pool.shutdown(wait=False, cancel_futures=True)
         workers = set(multiprocessing.active_children()) - before
         for worker in workers:
             worker.terminate()
         for worker in workers:
             worker.join(timeout=5)
+        # A worker killed while sending its result leaves half a message in the pipe, and the
+        # manager thread waits for the rest forever (the interpreter's exit then joins it, and
+        # hangs). With every worker gone, this process holds the pipe's last write end: closed,
+        # the wait ends in EOF, which the pool takes as broken.
+        if results_pipe is not None:
+            results_pipe.close()
         # the pool's manager thread sees its workers gone and ends; joined here, it cannot race
         # the interpreter's exit hook for the pool's wake-up pipe (CPython 3.11 then prints an
         # EBADF traceback at exit)
