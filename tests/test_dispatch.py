@@ -54,3 +54,21 @@ def test_a_field_hook_is_refused():
         class Funcs(CachedHooks):
             def visit_Call_func(self, node) -> None:
                 pass
+
+
+def test_a_transformer_goes_with_its_last_reference_not_with_the_cyclic_collector():
+    """The hook table holds functions: a bound method kept on its own instance would be a cycle,
+    and the transformer, with the trees it holds, would wait for a collection."""
+    import gc
+    import weakref
+
+    transformer = _transformer(CachedHooks)()
+    transformer.visit_Name = lambda node: None  # a hook set on the instance is found, and called, too
+    cst.parse_module("def f(a):\n    return a\n").visit(transformer)
+    gone = weakref.ref(transformer)
+    gc.disable()
+    try:
+        del transformer
+        assert gone() is None
+    finally:
+        gc.enable()

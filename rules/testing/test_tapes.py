@@ -88,28 +88,30 @@ class TestTapesRule(Rule):
     def leave_function(self, ctx, original, updated):
         if len(ctx.frames) != 1:
             return None
-        changed = False
-
-        def walk(block: list) -> list:
-            nonlocal changed
-            i = 0
-            while i < len(block):
-                stmt = block[i]
-                if is_tape_with(stmt):
-                    new, _ = _rewrite(ctx, updated, block, i)
-                    if new is not block:
-                        block, changed = new, True
-                        i += 2
-                        continue
-                elif isinstance(stmt, (cst.For, cst.While, cst.If, cst.With)):
-                    block[i] = stmt.with_changes(body=stmt.body.with_changes(body=walk(list(stmt.body.body))))
-                i += 1
-            return block
-
-        body = walk(list(updated.body.body))
+        body, changed = _tapes_rewritten(ctx, updated, list(updated.body.body))
         if not changed:
             return None
         return updated.with_changes(body=updated.body.with_changes(body=body))
+
+
+def _tapes_rewritten(ctx, function: cst.FunctionDef, block: list) -> tuple[list, bool]:
+    """``block`` with its tapes (and those of the blocks inside it) rewritten; whether any was."""
+    changed = False
+    i = 0
+    while i < len(block):
+        stmt = block[i]
+        if is_tape_with(stmt):
+            new, _ = _rewrite(ctx, function, block, i)
+            if new is not block:
+                block, changed = new, True
+                i += 2
+                continue
+        elif isinstance(stmt, (cst.For, cst.While, cst.If, cst.With)):
+            inner, inner_changed = _tapes_rewritten(ctx, function, list(stmt.body.body))
+            block[i] = stmt.with_changes(body=stmt.body.with_changes(body=inner))
+            changed = changed or inner_changed
+        i += 1
+    return block, changed
 
 
 RULE = TestTapesRule()

@@ -52,7 +52,12 @@ def hooks(visitor, base: type, kind: type) -> tuple[Callable | None, Callable | 
 
 class CachedHooks(cst.CSTTransformer):
     """A ``CSTTransformer`` that finds its hooks once per node type. For transformers whose
-    classes define no per-field hooks (``visit_Call_func``): it calls none."""
+    classes define no per-field hooks (``visit_Call_func``): it calls none.
+
+    The table holds the hooks' functions, called with the transformer, not bound methods: a
+    bound method kept on its own instance is a reference cycle, and the transformer (with the
+    file's trees it holds) would wait for the cyclic collector instead of going when the file
+    is done."""
 
     def _hooks(self, kind: type) -> tuple[Callable | None, Callable | None]:
         try:
@@ -61,22 +66,31 @@ class CachedHooks(cst.CSTTransformer):
             table = self.__dict__["_hook_table"] = {}
         pair = table.get(kind)
         if pair is None:
-            pair = table[kind] = hooks(self, cst.CSTTransformer, kind)
+            visit, leave = hooks(self, cst.CSTTransformer, kind)
+            pair = table[kind] = (self._function(visit), self._function(leave))
         return pair
+
+    def _function(self, method: Callable | None) -> Callable | None:
+        """``method`` as a function of the transformer and the hook's arguments."""
+        if method is None:
+            return None
+        if getattr(method, "__self__", None) is self:
+            return method.__func__
+        return lambda _self, *args: method(*args)  # a hook set on the instance itself
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         try:  # called for every node: the table read inline, filled on a miss
             visit = self._hook_table[node.__class__][0]
         except (AttributeError, KeyError):
             visit = self._hooks(node.__class__)[0]
-        return visit is None or visit(node) is not False
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node, updated_node):
         try:
             leave = self._hook_table[original_node.__class__][1]
         except (AttributeError, KeyError):
             leave = self._hooks(original_node.__class__)[1]
-        return updated_node if leave is None else leave(original_node, updated_node)
+        return updated_node if leave is None else leave(self, original_node, updated_node)
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         pass
