@@ -79,7 +79,8 @@ def _layers_made_inline(ctx, call: cst.FunctionDef) -> str:
 
 
 def _self_attr(node: cst.BaseExpression) -> str | None:
-    if m.matches(node, m.Attribute(value=m.Name(SELF), attr=m.Name())):
+    """``x`` of ``self.x`` (called for most expressions of a class: no matcher)."""
+    if node.__class__ is cst.Attribute and node.value.__class__ is cst.Name and node.value.value == SELF:
         return node.attr.value
     return None
 
@@ -375,12 +376,14 @@ def _annotation(param: cst.Param) -> str:
 
 
 def _is_super_init(stmt: cst.CSTNode) -> bool:
-    return m.matches(
-        stmt,
-        m.SimpleStatementLine(
-            body=[m.Expr(value=m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")), attr=m.Name("__init__"))))]
-        ),
-    )
+    """A line that is only ``super().__init__(...)`` (asked of every statement of a class: no matcher)."""
+    if stmt.__class__ is not cst.SimpleStatementLine or len(stmt.body) != 1 or stmt.body[0].__class__ is not cst.Expr:
+        return False
+    call = stmt.body[0].value
+    if call.__class__ is not cst.Call or call.func.__class__ is not cst.Attribute or call.func.attr.value != "__init__":
+        return False
+    inner = call.func.value
+    return inner.__class__ is cst.Call and inner.func.__class__ is cst.Name and inner.func.value == "super"
 
 
 def _is_same_store(stmt: cst.CSTNode, params: set[str]) -> bool:

@@ -11,7 +11,7 @@ stores its own ``_random_generator``, or a call outside the class's methods gets
 
 from __future__ import annotations
 
-import libcst.matchers as m
+import libcst as cst
 
 from tern.engine.results import Refusal
 from tern.engine.render import api_call
@@ -20,7 +20,6 @@ from tern_rules.structure.keras_class import RANDOM_LAYER, KerasClass
 
 GENERATOR = "_random_generator"
 SOURCE = "keras.src.backend.RandomGenerator"
-PATTERN = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self"), attr=m.Name(GENERATOR)), attr=m.Name()))
 
 
 class RandomGeneratorRule(Rule):
@@ -29,7 +28,10 @@ class RandomGeneratorRule(Rule):
     order = 40
 
     def leave_call(self, ctx, original, updated):
-        if not m.matches(original, PATTERN):
+        func = original.func  # self._random_generator.<method>(...)? asked of every call: no matcher
+        if func.__class__ is not cst.Attribute or func.value.__class__ is not cst.Attribute \
+                or func.value.attr.value != GENERATOR or func.value.value.__class__ is not cst.Name \
+                or func.value.value.value != "self":
             return None
         info = ctx.keras_class
         if not isinstance(info, KerasClass) or RANDOM_LAYER not in info.bases or info.refusal:

@@ -116,7 +116,7 @@ def _root(node: cst.BaseExpression) -> cst.BaseExpression:
 def _self_key(node: cst.BaseExpression) -> str | None:
     """``self.x`` for a chain starting at ``self.x`` (``self.x.kernel``, ``self.x[0]``)."""
     while isinstance(node, (cst.Attribute, cst.Call, cst.Subscript)):
-        if m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        if node.__class__ is cst.Attribute and node.value.__class__ is cst.Name and node.value.value == "self":
             return f"self.{node.attr.value}"
         node = node.value if isinstance(node, (cst.Attribute, cst.Subscript)) else node.func
     return None

@@ -94,13 +94,11 @@ class TrainStateCallsRule(Rule):
                     _optimizers(ctx).update(e.value.value for e in target.target.elements if isinstance(e.value, cst.Name))
             for target, value in assigned_pairs(small, ctx):
                 name = (ctx.resolve(value.func) or "") if isinstance(value, cst.Call) else ""
-                factory = isinstance(value, cst.Call) and m.matches(value.func, m.Name()) \
+                factory = isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
                     and value.func.value in ctx.package.fact(TrainingFacts).optimizer_factories
                 if isinstance(target, cst.Name) and (name.startswith("keras.optimizers.") or factory):
                     _optimizers(ctx).add(target.value)
-        if len(original.body) == 1 and original.body[0].__class__ is cst.Expr and m.matches(original.body[0], m.Expr(value=m.Call(
-                func=m.Attribute(attr=m.Name("build")),
-                args=[m.Arg(value=m.Attribute(attr=m.Name("trainable_variables") | m.Name("trainable_weights")))]))):
+        if len(original.body) == 1 and original.body[0].__class__ is cst.Expr and _builds_for_variables(original.body[0].value):
             return cst.RemovalSentinel.REMOVE  # optax state is created with the train state
         return None
 
@@ -231,5 +229,16 @@ def _is_keras_apply_gradients(call: cst.Call) -> bool:
     return (call.func.__class__ is cst.Attribute and call.func.attr.value == "apply_gradients" and len(call.args) == 1
             and call.args[0].keyword is None and not call.args[0].star)
 
+
+
+def _builds_for_variables(value: cst.BaseExpression) -> bool:
+    """``<x>.build(<y>.trainable_variables)`` (or ``trainable_weights``): an optimizer built for a
+    model's variables (asked of every expression statement: no matcher)."""
+    if value.__class__ is not cst.Call or value.func.__class__ is not cst.Attribute or value.func.attr.value != "build":
+        return False
+    if len(value.args) != 1:
+        return False
+    arg = value.args[0].value
+    return arg.__class__ is cst.Attribute and arg.attr.value in ("trainable_variables", "trainable_weights")
 
 RULE = TrainStateCallsRule()
