@@ -13,14 +13,19 @@ term where Keras keeps them all: such sites are left with a TODO, as are calls i
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.walk import walk
 
 SUPPORT = "keras_add_loss"
-_ADD_LOSS = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("add_loss")))
 _REPEATING = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)
+
+
+def _is_add_loss(call: cst.Call) -> bool:
+    """``self.add_loss(...)`` (asked of every call of a layer's methods: no matcher)."""
+    func = call.func
+    return func.__class__ is cst.Attribute and func.attr.value == "add_loss" \
+        and func.value.__class__ is cst.Name and func.value.value == "self"
 
 
 class _Sites(cst.CSTVisitor):
@@ -47,7 +52,7 @@ class _Sites(cst.CSTVisitor):
     def on_visit(self, node) -> bool:
         if isinstance(node, _REPEATING):
             self._depth += 1
-        if isinstance(node, cst.Call) and self._depth and m.matches(node, _ADD_LOSS):
+        if self._depth and isinstance(node, cst.Call) and _is_add_loss(node):
             self.repeated.add(id(node))
         return super().on_visit(node)
 
@@ -65,13 +70,14 @@ class AddLossRule(Rule):
         if ctx.keras_class is None:
             return
         sites = _Sites()
-        walk(node, sites)
+        if ctx.mentions("add_loss"):  # else the class has no site to walk to
+            walk(node, sites)
         state = ctx.rule_state.setdefault(self.id, {})
         state[id(ctx.keras_class)] = {"repeated": sites.repeated, "names": 0}
 
     def leave_call(self, ctx, original, updated):
         info, frame = ctx.keras_class, ctx.frame
-        if info is None or frame is None or not frame.in_module_method or not m.matches(original, _ADD_LOSS):
+        if info is None or frame is None or not frame.in_module_method or not _is_add_loss(original):
             return None
         if info.refusal:
             return None  # the class stays Keras (its TODO says why), and so does this call

@@ -286,6 +286,14 @@ class _ParamsToFields(CachedHooks):
     def __init__(self, names: set[str]):
         self.names = names
 
+    @classmethod
+    def applied(cls, node: cst.CSTNode, names: set[str]) -> cst.CSTNode:
+        """``node`` with the transform applied; ``node`` itself where it reads none of ``names``
+        (the transform would rebuild every node to change none)."""
+        if not any(name.value in names for name in findall(node, m.Name())):
+            return node
+        return node.visit(cls(names))
+
     def leave_Name(self, original, updated):
         if updated.value in self.names:
             return cst.Attribute(value=cst.Name(SELF), attr=cst.Name(updated.value))
@@ -559,7 +567,7 @@ class KerasClassRule(Rule):
         lists = _list_params(init, params) & _names_in(kept)
         rebound = _rebound(init.body, params) - lists
         block = cst.IndentedBlock(kept)
-        block = block.visit(_ParamsToFields(params - rebound - lists))
+        block = _ParamsToFields.applied(block, params - rebound - lists)
         prelude = _list_copies(lists) + [cst.parse_statement(f"{p} = self.{p}\n") for p in sorted(rebound)]
         return init.with_changes(
             name=cst.Name("setup"),
@@ -596,7 +604,9 @@ class KerasClassRule(Rule):
         ]
         out = call.with_changes(name=cst.Name("__call__"), params=call.params.with_changes(params=new_params))
         own = {p.name.value for p in info.params} | set(info.sublayers) | set(info.weights)
-        out = out.visit(_DtypePolicy(ctx, frozenset(DTYPE_POLICY) - own))
+        policy = frozenset(DTYPE_POLICY) - own
+        if any(_self_attr(a) in policy for a in findall(out, m.Attribute(value=m.Name(SELF)))):  # else: out as it is
+            out = out.visit(_DtypePolicy(ctx, policy))
         if not info.compact:
             if info.inline_layers == "stateless":
                 out = out.with_changes(decorators=[cst.Decorator(ctx.target_name("flax.linen.compact")), *out.decorators])
@@ -692,12 +702,12 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
     for stmt in init.body.body:
         plain = params - rebound - changed
         if _is_argument_check(stmt, plain):
-            checks.append(stmt.visit(_ParamsToFields(params - lists)))
+            checks.append(_ParamsToFields.applied(stmt, params - lists))
             continue
         call = _checking_call(stmt, plain, helpers)
         if call is not None:
             checks.append(cst.SimpleStatementLine(
-                [cst.Expr(call.visit(_ParamsToFields(params - lists)))],
+                [cst.Expr(_ParamsToFields.applied(call, params - lists))],
                 leading_lines=[cst.EmptyLine(comment=cst.Comment(
                     "# as Keras did when the layer was made, for its argument checks (setup keeps the value)"))]))
         attr, value = _derived_value(stmt, plain - lists, stores)
@@ -706,7 +716,7 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
         found = _method_checks(stmt, checkers, plain - lists, set(derived) | params)
         if found is not None:
             check, stmt, reads = found
-            checks.append(check.visit(_ParamsToFields(params - lists)))
+            checks.append(_ParamsToFields.applied(check, params - lists))
             used |= reads & set(derived)
             if stmt is None:
                 continue
@@ -719,7 +729,7 @@ def _constructor_checks(init: cst.FunctionDef, params: set[str], helpers: frozen
         properties.append(cst.FunctionDef(
             name=cst.Name(attr), params=cst.Parameters([cst.Param(cst.Name(SELF))]),
             decorators=[cst.Decorator(cst.Name("property"))], leading_lines=[cst.EmptyLine(indent=False)],
-            body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(derived[attr].visit(_ParamsToFields(params)))])])))
+            body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(_ParamsToFields.applied(derived[attr], params))])])))
         kept = [s for s in kept if _derived_value(s, params, stores)[0] != attr]
     copies = _list_copies(lists & set().union(*(_names_in([c]) for c in checks)))
     post_body = [*copies, *checks, cst.parse_statement("super().__post_init__()\n")]
