@@ -161,10 +161,14 @@ class _Scope:
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
 
 
+_TARGETED = frozenset({ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr})
+
+
 def _assignments(nodes) -> dict[str, list[ast.expr]]:
     out: dict[str, list[ast.expr]] = {}
     for node in nodes:
-        if isinstance(node, ast.Assign):
+        kind = node.__class__  # parsed trees hold ast's own classes: no subclass to miss
+        if kind is ast.Assign:
             for target in node.targets:
                 key = _key(target)
                 if key is not None:
@@ -174,7 +178,7 @@ def _assignments(nodes) -> dict[str, list[ast.expr]]:
                         key = _key(elt) if isinstance(elt, (ast.Name, ast.Attribute)) else None
                         if key is not None:
                             out.setdefault(key, []).append(None)  # unpacked: unknown value
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
+        elif kind in _TARGETED:
             targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items if i.optional_vars]
             for target in targets:
                 for elt in ast_walk(target):
@@ -207,24 +211,30 @@ class _Analysis:
             if isinstance(node, ast.FunctionDef):
                 self._function(node, node.name, None, tree)
             elif isinstance(node, ast.ClassDef):
-                class_nodes = [n for item in node.body if isinstance(item, ast.FunctionDef) for n in own_nodes(item)]
+                methods = [item for item in node.body if isinstance(item, ast.FunctionDef)]
+                assigned = {id(item): _assignments(own_nodes(item)) for item in methods}
                 # once per class, not once per method: a method sees what any method sets on self
-                attributes = {k: v for k, v in _assignments(class_nodes).items() if k.startswith("self.")}
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef):
-                        self._function(item, None, node, tree, attributes)
+                attributes: dict[str, list[ast.expr]] = {}
+                for item in methods:
+                    for key, values in assigned[id(item)].items():
+                        if key.startswith("self."):
+                            attributes.setdefault(key, []).extend(values)
+                for item in methods:
+                    self._function(item, None, node, tree, attributes, assigned[id(item)])
 
-    def _function(self, fn, top, cls, tree, attributes=None) -> None:
+    def _function(self, fn, top, cls, tree, attributes=None, assigned=None) -> None:
+        """``assigned``: ``_assignments`` of the function's own nodes, when its class made them already."""
         scope = _Scope(fn, top, cls, tree)
         nodes = list(own_nodes(fn))
-        self._scope(scope, nodes, attributes)
+        self._scope(scope, nodes, attributes, assigned)
         for node in nodes:
             if isinstance(node, ast.FunctionDef):
                 self._function(node, None, cls, tree, attributes)
 
-    def _scope(self, scope: _Scope, nodes: list[ast.AST], attributes: dict[str, list[ast.expr]] | None = None) -> None:
+    def _scope(self, scope: _Scope, nodes: list[ast.AST], attributes: dict[str, list[ast.expr]] | None = None,
+               assigned: dict[str, list[ast.expr]] | None = None) -> None:
         """``attributes``: the ``self.x`` assignments of the scope's class, all methods together."""
-        scope.assigned = _assignments(nodes)
+        scope.assigned = _assignments(nodes) if assigned is None else assigned
         for key, values in (attributes or {}).items():
             scope.assigned.setdefault(key, values)
         self.scopes.append((scope, nodes))
