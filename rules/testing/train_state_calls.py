@@ -230,7 +230,6 @@ def _is_keras_apply_gradients(call: cst.Call) -> bool:
             and call.args[0].keyword is None and not call.args[0].star)
 
 
-
 def _builds_for_variables(value: cst.BaseExpression) -> bool:
     """``<x>.build(<y>.trainable_variables)`` (or ``trainable_weights``): an optimizer built for a
     model's variables (asked of every expression statement: no matcher)."""
@@ -240,5 +239,6 @@ def _builds_for_variables(value: cst.BaseExpression) -> bool:
         return False
     arg = value.args[0].value
     return arg.__class__ is cst.Attribute and arg.attr.value in ("trainable_variables", "trainable_weights")
+
 
 RULE = TrainStateCallsRule()
