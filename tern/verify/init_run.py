@@ -20,8 +20,11 @@ from tern.verify.inits import COMPARED_THERE, NOT_A_LAYER
 
 def compared_ids(cases: list[dict]) -> list[str]:
     """The cases the replay found equal; the TF job keeps the first of each layer and
-    constructor configuration (functions and training configurations have no weights)."""
-    return [case["id"] for case in cases if case.get("status") == Status.MATCH and not case.get("eager")]
+    constructor configuration (functions and training configurations have no weights); a
+    configuration the recorder made beyond the tests' (``variants.py``) is compared on its
+    outputs alone."""
+    return [case["id"] for case in cases
+            if case.get("status") == Status.MATCH and not case.get("eager") and not case.get("variant")]
 
 
 async def inits_module(verifier: Any, module: str, value: dict, recording_dir: str, jax_root: Path,

@@ -34,7 +34,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
-from tern.verify.arrays import Unpackable, origin_target, pack, shift, write_case
+from tern.verify.arrays import Unpackable, origin_target, pack, shift, unpack, write_case
 from tern.verify.distributions import affordable_runs
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
@@ -45,9 +45,11 @@ from tern.verify.record_config import compiled_state, record_config_call
 from tern.verify.record_functions import record_function_call
 from tern.verify.step_record import StepRecorder
 from tern.verify.tf_orders import sorted_patches
+from tern.verify.variants import argument_variants
 from tern.weights.port import variable_path
 
 COTANGENT_SEED = 1234
+VARIANTS = 2  # configurations per layer or factory beyond the tests' (``record_variants``)
 
 
 def _tf():
@@ -83,6 +85,8 @@ class Recorder:
         self.draw_tape = DrawTape()  # installed around the tests (``record_tests``): idle unless a rerun records
         self.probed: set[tuple[str, bool]] = set()  # (target, training) already probed beyond its inputs
         self.probed_functions: set[str] = set()  # package functions already probed
+        self.varied: set[str] = set()  # targets whose first case is kept to build again (``record_variants``)
+        self.variant_seeds: list[tuple] = []  # (call, origin, args, kwargs) of each such case
         self.function_depth = 0  # inside a package function's call: its own calls are covered by it
         self.replaying = False
         self._undo: list[tuple[Any, str, Any]] = []
@@ -205,16 +209,18 @@ class Recorder:
         bucket = self.skipped.setdefault(target, {})
         bucket[reason] = bucket.get(reason, 0) + 1
 
-    def record(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict, other_mode_of: Any = None) -> None:
+    def record(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict, other_mode_of: Any = None,
+               variant: str = "") -> None:
         """``other_mode_of``: the outputs of the test's own call, when this is its rerun in the
-        other ``training`` mode (``_record_other_mode``)."""
+        other ``training`` mode (``_record_other_mode``); ``variant``: the change, when this is
+        a call of the layer built in another configuration (``record_variants``)."""
         tf = _tf()
         target = _target(origin)
         if not tf.executing_eagerly():
             return self.skip(origin, "called inside a traced tf.function")
         if "unpackable" in origin:
             return self.skip(origin, origin["unpackable"])
-        if self.per_target.get(target, 0) >= self.max_per_target and other_mode_of is None:
+        if self.per_target.get(target, 0) >= self.max_per_target and other_mode_of is None and not variant:
             return None
         try:
             inputs = pack([list(args), dict(kwargs)], arrays := [], to_numpy)
@@ -272,13 +278,55 @@ class Recorder:
                 **({"samples": {"leaves": case["samples"]["leaves"], "runs": pack(case["samples"]["runs"], all_arrays)}}
                    if case["samples"] else {}),
                 **({"draws": pack_draws(case["draws"], all_arrays), "sampled": case["sampled"]} if case["draws"] else {}),
+                **({"variant": variant} if variant else {}),
                 "defaults": keras_defaults(layer, origin, _factory(origin))}
         write_case(self.out, ident, meta, all_arrays)
         self.per_target[target] = self.per_target.get(target, 0) + 1
         self.cases.append({"id": ident, "target": target})
-        if other_mode_of is None:
+        if other_mode_of is None and not variant:
             self._record_other_mode(call, layer, origin, args, kwargs, case["outputs"])
+            if target not in self.varied and origin.get("kind") in ("class", "factory") and not (
+                    case["stochastic"] or case["draws"] or case["opaque_draws"] or case["samples"]):
+                self.varied.add(target)
+                self.variant_seeds.append((call, origin, args, kwargs))
         return None
+
+    def record_variants(self) -> None:
+        """Each layer or factory with a recorded case built again with one integer or boolean
+        constructor (or factory) argument changed (``variants.py``), at most ``VARIANTS`` per
+        target, called on its first case's inputs and recorded as a case of its own, marked
+        ``variant``: a branch on configuration the tests never take (``if strides != 1 or
+        ...``) is compared too. Run after the tests, so that the layers it builds change nothing
+        a test sees (Keras's layer name counters); a configuration Keras refuses (an error
+        building or calling it) is not recorded."""
+        for call, origin, args, kwargs in self.variant_seeds:
+            try:
+                maker = origin_target(origin)
+            except (ImportError, AttributeError):
+                continue
+            made = 0
+            for change in argument_variants(getattr(maker, "__wrapped__", maker), [origin["args"], origin["kwargs"]]):
+                if made == VARIANTS:
+                    break
+                built_args, built_kwargs = unpack(change["inputs"], [])
+                self.function_depth += 1  # a factory's own calls are not the tests'
+                self.replaying = True
+                try:
+                    layer = maker(*built_args, **built_kwargs)
+                    call(layer, *args, **kwargs)  # built, in a configuration Keras takes
+                except Exception:  # noqa: BLE001 - Keras refuses this configuration: no variant
+                    continue
+                finally:
+                    self.function_depth -= 1
+                    self.replaying = False
+                if layer.__dict__.get("_tern_origin") is None:
+                    continue
+                made += 1
+                try:
+                    self.record(call, layer, layer.__dict__["_tern_origin"], args, kwargs, variant=change["name"])
+                except Exception:  # noqa: BLE001 - a recorder failure must never fail the run
+                    self.skip(origin, "recorder error: " + traceback.format_exc(limit=2).splitlines()[-1])
+        self.variant_seeds.clear()
 
     def _record_other_mode(self, call: Any, layer: Any, origin: dict, args: tuple, kwargs: dict, outputs: Any) -> None:
         """A layer whose call takes ``training`` is also recorded in the mode the test did not
@@ -617,6 +665,7 @@ def record_tests(payload: dict, scratch: Path) -> dict:
                 _run_config_case(case, recorder)
             tests = (run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch)
                      if payload.get("tests") else {})
+            recorder.record_variants()
     finally:
         steps.close()
         recorder.close()

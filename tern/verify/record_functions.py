@@ -28,6 +28,7 @@ from tern.verify.distributions import affordable_runs
 from tern.verify.draws import pack_draws
 from tern.verify.interface import function_defaults
 from tern.verify.probes import judged_leaves, probe_inputs
+from tern.verify.variants import argument_variants
 
 
 def _tf():
@@ -149,6 +150,28 @@ def _probe(recorder: Any, fn: Any, inputs: Any, arrays: list[np.ndarray]) -> lis
     return found
 
 
+def _variants(recorder: Any, fn: Any, inputs: list, arrays: list[np.ndarray]) -> list[dict]:
+    """The function again with one integer or boolean argument changed (``variants.py``), the
+    first call of each function only: ``{"name", "param", "inputs", "outputs"}`` per variant TF
+    returned arrays for (their arrays appended to ``arrays``)."""
+    tf = _tf()
+    found = []
+    recorder.replaying = True
+    try:
+        for variant in argument_variants(fn, inputs):
+            args, kwargs = unpack(variant["inputs"], arrays, tf.constant)
+            try:
+                out = fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a configuration the function refuses: no variant
+                continue
+            if _result_leaves(out) is None:
+                continue
+            found.append({**variant, "outputs": pack(_as_arrays(out), arrays)})
+    finally:
+        recorder.replaying = False
+    return found
+
+
 def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: tuple, kwargs: dict, result: Any) -> None:
     """Called after ``fn(*args, **kwargs)`` returned ``result`` in a test."""
     tf = _tf()
@@ -192,13 +215,16 @@ def record_function_call(recorder: Any, module: str, name: str, fn: Any, args: t
             return
     first_call = target not in recorder.probed_functions
     recorder.probed_functions.add(target)
-    probes = _probe(recorder, fn, inputs, arrays) if first_call and not draws and not opaque_draws and not samples else []
+    plain = first_call and not draws and not opaque_draws and not samples
+    probes = _probe(recorder, fn, inputs, arrays) if plain else []
+    variants = _variants(recorder, fn, inputs, arrays) if plain else []
     outputs = pack(_as_arrays(result), arrays)
     probes = [{"name": probe, "inputs": pack(floats, arrays), "outputs": pack(_as_arrays(out), arrays),
                "compared": compared, "float_at": float_at} for probe, float_at, floats, out, compared in probes]
     ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
     meta = {"id": ident, "kind": "function", "target": target, "origin": origin, "inputs": inputs,
             "outputs": outputs, "layer": name, **({"probes": probes} if probes else {}),
+            **({"variants": variants} if variants else {}),
             **({"draws": pack_draws(draws, arrays)} if draws else {}),
             **({"stochastic": samples["leaves"], "samples": {"leaves": samples["leaves"], "runs": pack(samples["runs"], arrays)}}
                if samples else {}),

@@ -73,8 +73,12 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     ``search.searchable``), told here where the recording is read anyway, so a cached run
     decides what to search without reading the recording again."""
     meta, arrays = read_case(directory, name)
-    return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
-            "not_searchable": searchable(meta, arrays)}
+    result = {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
+              "not_searchable": searchable(meta, arrays)}
+    if meta.get("variant"):  # the layer built in a configuration the tests did not use (``variants.py``)
+        note = f"built with {meta['variant']} (a configuration beyond the tests')"
+        result = {**result, "variant": meta["variant"], "note": "; ".join(filter(None, [note, result.get("note")]))}
+    return result
 
 
 def _replayed(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,

@@ -31,6 +31,7 @@ from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
 from tern.verify.tolerance import compare
+from tern.verify.variants import accepts
 
 
 def call_function(meta: dict, arrays: Any, key: int | None = None) -> list:
@@ -73,6 +74,44 @@ def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> 
     checks = []
     for probe in meta["probes"]:
         checks.extend(probe_checks([probe], arrays, run, run64, tolerance))
+    return checks
+
+
+def _variants(meta: dict, arrays: Any, key: int | None, tolerance: dict | None, wide_inputs: bool) -> list[dict]:
+    """The function's calls with one integer or boolean argument changed (``variants.py``),
+    every result compared as the recorded call's are (``@ max_iters=1``)."""
+    import jax
+
+    function = origin_target(meta["origin"])
+    checks = []
+    for variant in meta["variants"]:
+        name = variant["name"]
+        if not accepts(function, variant["param"]):
+            checks.append({"name": f"outputs @ {name}", "ok": True,
+                           "not_judged": f"the translation has no parameter {variant['param']!r}"})
+            continue
+        changed = {**meta, "inputs": variant["inputs"]}
+        want = array_paths(variant["outputs"])
+        try:
+            got = call_function(changed, arrays, key)
+        except Exception as exc:  # noqa: BLE001 - TF returned here: the user's call would fail
+            checks.append({"name": f"outputs @ {name}", "ok": False,
+                           "problem": f"the translation raised {type(exc).__name__} where tensorflow returned: "
+                                      f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"})
+            continue
+        if len(got) != len(want):
+            checks.append({"name": f"outputs @ {name}", "ok": False,
+                           "problem": f"{len(got)} outputs, tensorflow gave {len(want)}"})
+            continue
+        found = [compare(f"{path} @ {name}", np.asarray(value), arrays[f"a{index}"], tolerance)
+                 for (path, index), value in zip(want, got)]
+        if wide_inputs and not all(c["ok"] for c in found) and all("max_abs" in c for c in found):
+            with jax.enable_x64(True):
+                wide = call_function(changed, arrays, key)
+            found = [check if check["ok"] else {**compare(check["name"], np.asarray(value), arrays[f"a{index}"], tolerance),
+                                                "note": "float64 arguments: compared from a call with x64 on"}
+                     for check, (_, index), value in zip(found, want, wide)]
+        checks.extend(found)
     return checks
 
 
@@ -168,9 +207,11 @@ def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
                           for check, (path, index), value in zip(checks, want, wide)]
         if meta.get("probes"):
             result["probes"] = _probe(meta, arrays, key, tolerance)
+        if meta.get("variants"):
+            result["variants"] = _variants(meta, arrays, key, tolerance, wide_inputs)
         if meta.get("defaults"):
             result["interface"] = default_checks(origin_target(meta["origin"]), meta["defaults"])
-        compared = checks + result.get("probes", []) + result.get("interface", [])
+        compared = checks + result.get("probes", []) + result.get("variants", []) + result.get("interface", [])
         return {**result, "outputs": checks, "gradients": [], "status": Status.MATCH if all(c["ok"] for c in compared) else Status.MISMATCH}
     except Exception:  # noqa: BLE001 - a broken translation is a finding, not a crash
         return {**result, "status": Status.ERROR, "message": traceback.format_exc(limit=6)[-2000:]}

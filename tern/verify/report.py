@@ -153,7 +153,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                 continue
             row.cases_total += 1
             checks = (case.get("outputs", []) + case.get("gradients", []) + case.get("state", []) + case.get("interface", [])
-                      + case.get("init", []))
+                      + case.get("init", []) + case.get("variants", []))
             probes = case.get("probes", [])
             row.cases.append({"target": case["target"], "id": case["id"], "status": case["status"], "ran": case.get("ran", []),
                               "compared": [_summary(c) for c in checks],

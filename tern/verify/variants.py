@@ -1,0 +1,100 @@
+"""Calls beyond the tests' configurations: one integer or boolean argument changed.
+
+Probes (``probes.py``) move a call's float inputs; the branches a translation can get wrong
+on *configuration* are left where the tests put them. ``max_iters`` at its default never
+stops a loop that converges first, so ``i < max_iters`` against ``i <= max_iters`` agrees on
+every test. So the recorder calls a package function once more per variant of its first
+recorded call: one parameter (passed or left at its default) that is a Python ``int`` set to
+1 and to one more than it was, or a ``bool`` flipped, at most ``LIMIT`` variants, each
+parameter's first change before any second one. A variant TF refuses (an error, a result
+that is not arrays) is dropped; the replay calls the translation with the same change and
+compares every result. Layers and models are built again the same way from their
+constructor's or factory's arguments (``record.Recorder.record_variants``), two per target,
+and each is an ordinary recorded case marked ``variant``.
+
+A translation without a parameter of that name cannot be given the change: the variant is
+listed as not compared. One that raises where TF returned is a mismatch: the user's call
+with that argument would fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+LIMIT = 4
+#: parameters a variant leaves alone: the mode (replayed in both already), seeds (other draws,
+#: not another configuration), and the Keras bookkeeping that changes what is compared
+UNVARIED = frozenset({"self", "training", "seed", "trainable", "dynamic", "autocast"})
+
+
+def _signature(fn: Any) -> inspect.Signature | None:
+    """A function's signature (a ``tf.function``'s Python one's); a class's ``__init__``'s
+    without ``self`` (the recorder wraps ``__new__``, which takes anything)."""
+    try:
+        if isinstance(fn, type):
+            signature = inspect.signature(fn.__init__)
+            return signature.replace(parameters=list(signature.parameters.values())[1:])
+        return inspect.signature(getattr(fn, "python_function", fn))
+    except (TypeError, ValueError):
+        return None
+
+
+def _changes(value: Any) -> list[Any]:
+    """A bool flipped; an int set to 1 (the edge most branches test: strides, groups, heads),
+    then one more than it was."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [v for v in (1, value + 1) if v != value]
+    return []
+
+
+def argument_variants(fn: Any, inputs: list) -> list[dict]:
+    """``{"name", "param", "inputs"}`` per variant of a call whose packed arguments are
+    ``inputs`` (``[args, {"__dict__": kwargs}]``, ``arrays.pack``): the same structure with one
+    plain value changed, or one default passed by keyword."""
+    signature = _signature(fn)
+    if signature is None:
+        return []
+    args, kwargs = inputs[0], inputs[1]["__dict__"]
+    per_parameter: list[list[dict]] = []
+    positional = [p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or parameter.name in UNVARIED:
+            continue
+        at = positional.index(parameter) if parameter in positional else None
+        if at is not None and at < len(args):
+            value, place = args[at], ("args", at)
+        elif parameter.name in kwargs:
+            value, place = kwargs[parameter.name], ("kwargs", parameter.name)
+        elif parameter.default is not parameter.empty and parameter.kind != parameter.POSITIONAL_ONLY:
+            value, place = parameter.default, ("kwargs", parameter.name)
+        else:
+            continue
+        changes = []
+        for new in _changes(value):
+            changed = copy.deepcopy(inputs)
+            if place[0] == "args":
+                changed[0][place[1]] = new
+            else:
+                changed[1]["__dict__"][place[1]] = new
+            changes.append({"name": f"{parameter.name}={new!r}", "param": parameter.name, "inputs": changed})
+        if changes:
+            per_parameter.append(changes)
+    # every parameter's first change before any parameter's second: a caller taking a few
+    # sees as many parameters changed as it can
+    found = [change for depth in range(2) for changes in per_parameter if depth < len(changes)
+             for change in [changes[depth]]]
+    return found[:LIMIT]
+
+
+def accepts(fn: Any, param: str) -> bool:
+    """Whether the translation can be given ``param`` by name (or takes ``**kwargs``)."""
+    signature = _signature(fn)
+    if signature is None:
+        return False
+    parameters = signature.parameters
+    return param in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
