@@ -232,8 +232,8 @@ class Recorder:
             return None
         self.seen.add(signature)
         case = self._rerun(call, layer, args, kwargs)
-        if isinstance(case, str):
-            if other_mode_of is None:
+        if isinstance(case, str):  # a variant that is not reproducible is left out without a word: it is extra
+            if other_mode_of is None and not variant:
                 self.skip(origin, case)
                 # a random call in training mode: its inference mode may be reproducible
                 self._record_other_mode(call, layer, origin, args, kwargs, _NOT_RECORDED)
