@@ -241,7 +241,7 @@ class Recorder:
         if other_mode_of is not None and other_mode_of is not _NOT_RECORDED and _same_outputs(case["outputs"], other_mode_of):
             return None  # the mode changes nothing here: the test's own case says it all
         started = time.perf_counter()
-        probes = self._probe(call, layer, target, args, kwargs, case)
+        probes = [] if variant else self._probe(call, layer, target, args, kwargs, case)  # a variant is not searched
         probe_ms = (time.perf_counter() - started) * 1000
         units_meta, unit_arrays = _pack_units(layer, None)
         grads = case.pop("grads_by_id")
