@@ -1,8 +1,10 @@
 """Suite-wide scheduling (the slowest modules first) and one XLA compilation cache for the suite.
 
-``pytest -n 2 --dist loadfile`` hands whole files to workers in collection order; a
-several-minute module collected last would run alone at the end. Moving the slow ones to
-the front lets the many quick files fill the other worker meanwhile.
+``pytest -n 2 --dist loadfile`` hands whole files to workers; a several-minute module handed
+out last would run alone at the end. Moving the slow ones to the front lets the many quick
+files fill the other worker meanwhile. xdist (3.6 and later) would otherwise hand files out by
+their number of tests, which puts ``test_verify.py`` (few tests, the longest file) near the end,
+so its reordering is turned off here and the collection order below is the order files go out.
 
 Code these tests translate and run in-process imports its support definitions from
 ``_keras_compat``, as a translated package imports its generated support module; here tern's
@@ -47,6 +49,8 @@ _SHARED_JAX_CACHE: list[str] = []  # made by this process, removed at its end
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep the slowest-first order made below
     if not os.environ.get("TERN_JAX_CACHE"):  # an xdist worker inherits the controller's
         os.environ["TERN_JAX_CACHE"] = tempfile.mkdtemp(prefix="tern-tests-jax-cache-")
         _SHARED_JAX_CACHE.append(os.environ["TERN_JAX_CACHE"])
