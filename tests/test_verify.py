@@ -478,6 +478,11 @@ PLANTED = [
     # model is built again with groups=1
     ("group_norm_gelu", "model.py", "self.block2 = GroupNormConvBlock(self.filters, self.groups)",
      "self.block2 = GroupNormConvBlock(self.filters, 2)", "self.block2 = GroupNormConvBlock(self.filters, groups=self.groups)"),
+    # a projection test whose one half the tests never take alone (stride 2 at equal widths): the
+    # factory is built again with one more stage of the last width, widths=(8, 8), where the
+    # translation's shortcut no longer fits (it raises where Keras runs)
+    ("resnet_block", "model.py", "if stride != 1 or x.shape[-1] != filters:", "if stride != 1 and x.shape[-1] != filters:",
+     "if x.shape[-1] != filters or stride != 1:"),
     # a factory default every test passes explicitly: compared with the original factory's
     ("depthwise_separable", "model.py", "def build_tiny_mobilenet(input_shape=(32, 32, 3)",
      "def build_tiny_mobilenet(input_shape=(32, 32, 4)", "def build_tiny_mobilenet(input_shape=(16 * 2, 32, 3)"),
@@ -513,6 +518,8 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     assert any("newton_sqrt" in p for p in found["control_flow.ops"]["problems"])
     assert any("power_iteration" in p and "@ num_iters=1" in p for p in found["control_flow.ops"]["problems"])
     assert any("built with groups=1" in p for p in found["group_norm_gelu.model"]["problems"])
+    assert any(p.startswith("mismatch: ") and "the translation raises where Keras runs: " in p
+               and "built with widths=(8, 8)" in p for p in found["resnet_block.model"]["problems"])
     cases = found["resnet_block.model"]["cases"]  # the tests' own calls (inference) agree, the training-mode one not
     assert {c["status"] for c in cases} == {"match", "mismatch"}, cases
     assert any("[1]" in p for p in found["vae_sampling.model"]["problems"])  # the KL term, output [1]

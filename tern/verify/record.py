@@ -292,7 +292,7 @@ class Recorder:
         return None
 
     def record_variants(self) -> None:
-        """Each layer or factory with a recorded case built again with one integer or boolean
+        """Each layer or factory with a recorded case built again with one plain
         constructor (or factory) argument changed (``variants.py``), at most ``VARIANTS`` per
         target, called on its first case's inputs and recorded as a case of its own, marked
         ``variant``: a branch on configuration the tests never take (``if strides != 1 or

@@ -151,7 +151,7 @@ def _probe(recorder: Any, fn: Any, inputs: Any, arrays: list[np.ndarray]) -> lis
 
 
 def _variants(recorder: Any, fn: Any, inputs: list, arrays: list[np.ndarray]) -> list[dict]:
-    """The function again with one integer or boolean argument changed (``variants.py``), the
+    """The function again with one plain argument changed (``variants.py``), the
     first call of each function only: ``{"name", "param", "inputs", "outputs"}`` per variant TF
     returned arrays for (their arrays appended to ``arrays``)."""
     tf = _tf()

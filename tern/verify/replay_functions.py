@@ -78,7 +78,7 @@ def _probe(meta: dict, arrays: Any, key: int | None, tolerance: dict | None) -> 
 
 
 def _variants(meta: dict, arrays: Any, key: int | None, tolerance: dict | None, wide_inputs: bool) -> list[dict]:
-    """The function's calls with one integer or boolean argument changed (``variants.py``),
+    """The function's calls with one plain argument changed (``variants.py``),
     every result compared as the recorded call's are (``@ max_iters=1``)."""
     import jax
 

@@ -162,7 +162,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                               **({"search": case["search"]} if case.get("search") else {}),
                               **({"init_notes": case["init_notes"]} if case.get("init_notes") else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
-                              **({"message": case["message"][-2000:]} if case.get("message") else {})})
+                              **({"message": case["message"][-2000:]} if case.get("message") else {}),
+                              **({"trace": case["trace"][-2000:]} if case.get("trace") else {})})
             for check in checks:
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
