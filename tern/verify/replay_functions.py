@@ -27,7 +27,7 @@ import numpy as np
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, replaced, unpack
 from tern.verify.distributions import ALPHA, SEED, distribution_check
-from tern.verify.draws import DrawsDoNotLineUp, Injector
+from tern.verify.draws import DrawsDoNotLineUp, Injector, forget_traces
 from tern.verify.interface import default_checks
 from tern.verify.probes import probe_checks
 from tern.verify.tolerance import compare
@@ -125,7 +125,7 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
     import jax
 
     injector = Injector(meta["draws"], arrays)
-    jax.clear_caches()  # a jitted translation traces again, with the draws: and no later call keeps them
+    forget_traces()  # nothing traced before is reused, and no later call keeps the draws
     try:
         with jax.disable_jit(), injector.injected():
             got = call_function(meta, arrays, 0 if needs_key(meta, arrays) else None)
@@ -136,7 +136,7 @@ def replay_function_case(meta: dict, arrays: Any, tolerance: dict | None) -> dic
         return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.ERROR,
                 "message": traceback.format_exc(limit=6)[-2000:]}
     finally:
-        jax.clear_caches()
+        forget_traces()
     want = array_paths(meta["outputs"])
     if len(got) != len(want):
         return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.MISMATCH,

@@ -31,7 +31,7 @@ import numpy as np
 from tern.status import Status
 from tern.verify.arrays import build as build_model
 from tern.verify.arrays import read_case, unpack
-from tern.verify.draws import DrawsDoNotLineUp, Injector
+from tern.verify.draws import DrawsDoNotLineUp, Injector, forget_traces
 from tern.verify.graft import DERIVED, flatten, graft
 from tern.verify.passes import ReplayedPasses
 from tern.verify.tolerance import compare
@@ -215,12 +215,12 @@ def _call_step(fn: Any, kwargs: dict, draws: list | None, arrays: Any) -> Any:
     import jax
 
     injector = Injector(draws, arrays)
-    jax.clear_caches()
+    forget_traces()
     try:
         with jax.disable_jit(), injector.injected():
             return fn(**kwargs)
     finally:
-        jax.clear_caches()
+        forget_traces()
 
 
 def _state(module: Any, state_class: Any, role: dict, tx: Any, arrays: Any) -> tuple | dict:
