@@ -474,6 +474,10 @@ PLANTED = [
     # a loop bound the tests' converging calls never reach: the function is called again with num_iters=1
     ("control_flow", "ops.py", "(lambda i, v: i < num_iters)", "(lambda i, v: i <= num_iters)",
      "(lambda i, v: num_iters > i)"),
+    # a float argument's default written in its place: the tests never pass another, a variant
+    # halves it (upper=0.5)
+    ("control_flow", "ops.py", "acc = jnp.clip(acc + x[i], lower, upper)", "acc = jnp.clip(acc + x[i], lower, 1.0)",
+     "acc = jnp.minimum(jnp.maximum(acc + x[i], lower), upper)"),
     # a constructor argument not passed on to a sublayer, the tests' value written in its place: the
     # model is built again with groups=1
     ("group_norm_gelu", "model.py", "self.block2 = GroupNormConvBlock(self.filters, self.groups)",
@@ -517,6 +521,7 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
         assert any(p.startswith("mismatch: ") and (" case " in p or "training step" in p) for p in row["problems"]), row["problems"]
     assert any("newton_sqrt" in p for p in found["control_flow.ops"]["problems"])
     assert any("power_iteration" in p and "@ num_iters=1" in p for p in found["control_flow.ops"]["problems"])
+    assert any("clipped_cumsum" in p and "@ upper=0.5" in p for p in found["control_flow.ops"]["problems"])
     assert any("built with groups=1" in p for p in found["group_norm_gelu.model"]["problems"])
     assert any(p.startswith("mismatch: ") and "the translation raises where Keras runs: " in p
                and "built with widths=(8, 8)" in p for p in found["resnet_block.model"]["problems"])
