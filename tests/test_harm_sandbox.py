@@ -414,16 +414,16 @@ def test_verify_records_through_the_pool_and_reports_the_isolation(level, tmp_pa
     """Recordings still reach .tern/recordings (moved there by the sandbox, not the job), later
     replay jobs read them, and the report says how isolated the run was."""
     need(level)
-    fixtures = ROOT / "fixtures"
-    (tmp_path / "pyproject.toml").write_text(
-        "[tool.tern.verify.tolerances]\n\"group_norm_gelu.model\" = { rtol = 1e-2, atol = 1e-2 }\n")
-    shutil.copytree(fixtures / "tf" / "group_norm_gelu", tmp_path / "group_norm_gelu")
-    shutil.copytree(fixtures / "wrong" / "group_norm_gelu", tmp_path / "out" / "group_norm_gelu")
-    proc = subprocess.run([sys.executable, "-m", "tern", "verify", "out/group_norm_gelu", "--original", "group_norm_gelu",
+    fixtures = ROOT / "fixtures"  # the smallest fixture with layer cases: what is checked here is the pool's part
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'isolation'\n")
+    shutil.copytree(fixtures / "tf" / "custom_dense", tmp_path / "custom_dense")
+    shutil.copytree(fixtures / "expected" / "custom_dense", tmp_path / "out" / "custom_dense",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.toml"))
+    proc = subprocess.run([sys.executable, "-m", "tern", "verify", "out/custom_dense", "--original", "custom_dense",
                            "--daemon", "never", "--json", "r.json"], capture_output=True, text=True, cwd=tmp_path, check=False,
                           timeout=1200, env={**os.environ, "TERN_SANDBOX": level, "COLUMNS": "200"})
     report = json.loads((tmp_path / "r.json").read_text())
-    row = next(r for p in report["packages"] for r in p["rows"] if r["module"] == "group_norm_gelu.model")
+    row = next(r for p in report["packages"] for r in p["rows"] if r["module"] == "custom_dense.layers")
     assert row["status"] == "equivalent" and row["cases_matched"] == row["cases_total"] > 0, proc.stdout + proc.stderr
     recordings = [p for p in (tmp_path / ".tern" / "recordings").iterdir()]
     assert recordings and not any(".partial" in p.name for p in recordings)
