@@ -267,6 +267,27 @@ def test_a_module_without_tests_is_untested_until_config_gives_it_cases(tmp_path
         proc.stdout + str(row)
 
 
+def test_a_layer_variant_the_translation_cannot_take_is_not_compared(tmp_path):
+    """A variant passes a constructor argument the tests never pass (``units=1``); a
+    translation that dropped that field cannot be given it: the variant is listed as not
+    compared, with the parameter named, and the tests' own case still matches."""
+    (tmp_path / "gates").mkdir()
+    (tmp_path / "gates" / "__init__.py").write_text("")
+    (tmp_path / "gates" / "layers.py").write_text(GATE)
+    (tmp_path / "pyproject.toml").write_text(CASES.replace("kwargs = { units = 3 }", "kwargs = {}"))
+    assert tern(tmp_path, "migrate", "gates", "--out", "out/gates", "-q").returncode == 0
+    translated = tmp_path / "out" / "gates" / "layers.py"
+    source = translated.read_text()
+    assert source.count("units: int = 4") == 1, source
+    translated.write_text(source.replace("units: int = 4", "").replace("self.units", "4"))
+    proc = tern(tmp_path, "verify", "out/gates", "--daemon", "never", "--json", "r.json")
+    row = rows(json.loads((tmp_path / "r.json").read_text()))["gates.layers"]
+    skipped = [c for c in row["cases"] if c["status"] == "not compared"]
+    assert (row["status"], row["cases_matched"], row["cases_total"]) == ("equivalent", 1, 1), proc.stdout + str(row)
+    assert [c["note"] for c in skipped] == ["built with units=1: the translation has no parameter 'units'",
+                                            "built with units=5: the translation has no parameter 'units'"], row["cases"]
+
+
 def test_migrate_then_verify_in_one_command(tmp_path):
     (tmp_path / "pyproject.toml").write_text("")
     proc = tern(tmp_path, "migrate", str(FIXTURES / "custom_dense"), "--out", "out/custom_dense", "--verify", "-q")

@@ -46,6 +46,7 @@ from tern.verify.probes import probe_checks
 from tern.verify.replay_config import replay_config_case
 from tern.verify.replay_functions import replay_function_case
 from tern.verify.search import searchable
+from tern.verify.variants import accepts
 from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
 
 def call_kwargs(module: Any, kwargs: dict) -> dict:
@@ -73,6 +74,16 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     ``search.searchable``), told here where the recording is read anyway, so a cached run
     decides what to search without reading the recording again."""
     meta, arrays = read_case(directory, name)
+    if meta.get("variant"):
+        param = meta["variant"].split("=", 1)[0]
+        try:
+            maker = origin_target(meta["origin"])
+        except Exception:  # noqa: BLE001 - an import that fails is the replay's to report
+            maker = None
+        if maker is not None and not accepts(maker, param):  # as a function's variant is (``replay_functions``)
+            return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
+                    "variant": meta["variant"], "not_searchable": searchable(meta, arrays),
+                    "note": f"built with {meta['variant']}: the translation has no parameter {param!r}"}
     result = {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
               "not_searchable": searchable(meta, arrays)}
     if meta.get("variant"):  # the layer built in a configuration the tests did not use (``variants.py``)
