@@ -46,8 +46,8 @@ from tern.verify.probes import probe_checks
 from tern.verify.replay_config import replay_config_case
 from tern.verify.replay_functions import replay_function_case
 from tern.verify.search import searchable
-from tern.verify.variants import accepts
 from tern.verify.tolerance import ROUNDING_CEILING, ROUNDING_FACTOR, compare
+from tern.verify.variants import accepts
 
 def call_kwargs(module: Any, kwargs: dict) -> dict:
     """Recorded call keywords the Flax ``__call__`` accepts; a meaningful one it lacks

@@ -8,9 +8,9 @@ every test. So the recorder calls a package function once more per variant of it
 recorded call: one parameter (passed or left at its default) changed as ``_changes`` says, at
 most ``LIMIT`` variants, each parameter's first change before any second one. A variant TF
 refuses (an error, a result that is not arrays) is dropped; the replay calls the translation
-with the same change and compares every result. Layers and models are built again the same way from their
-constructor's or factory's arguments (``record.Recorder.record_variants``), two per target,
-and each is an ordinary recorded case marked ``variant``.
+with the same change and compares every result. Layers and models are built again the same
+way from their constructor's or factory's arguments (``record.Recorder.record_variants``),
+two per target, and each is an ordinary recorded case marked ``variant``.
 
 A translation without a parameter of that name cannot be given the change: the variant is
 listed as not compared. One that raises where TF returned is a mismatch: the user's call
@@ -113,8 +113,8 @@ def argument_variants(fn: Any, inputs: list) -> list[dict]:
                                    "inputs": changed}))
         if changes:
             per_parameter.append(changes)
-    # every parameter's first change before any parameter's second: a caller taking a few
-    # sees as many parameters changed as it can
+    # rank by rank (every parameter's first change before any parameter's second): a caller
+    # taking a few sees as many parameters changed as it can
     ranks = sorted({rank for changes in per_parameter for rank, _ in changes})
     found = [change for rank in ranks for changes in per_parameter for r, change in changes if r == rank]
     return found[:LIMIT]
