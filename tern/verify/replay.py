@@ -75,26 +75,32 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     decides what to search without reading the recording again."""
     meta, arrays = read_case(directory, name)
     if meta.get("variant"):
-        param = meta["variant"].split("=", 1)[0]
-        try:
-            maker = origin_target(meta["origin"])
-        except Exception:  # noqa: BLE001 - an import that fails is the replay's to report
-            maker = None
-        if maker is not None and not accepts(maker, param):  # as a function's variant is (``replay_functions``)
-            return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
-                    "variant": meta["variant"], "not_searchable": searchable(meta, arrays),
-                    "note": f"built with {meta['variant']}: the translation has no parameter {param!r}"}
-    result = {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
-              "not_searchable": searchable(meta, arrays)}
-    if meta.get("variant"):  # the layer built in a configuration the tests did not use (``variants.py``)
-        note = f"built with {meta['variant']} (a configuration beyond the tests')"
-        result = {**result, "variant": meta["variant"], "note": "; ".join(filter(None, [note, result.get("note")]))}
-        message = result.get("message", "")
-        if result["status"] == Status.ERROR and not message.startswith("weights: "):
-            # Keras built and called it: the user's model in this configuration fails in JAX alone
-            last = next((line for line in reversed(message.strip().splitlines()) if line.strip()), "")
-            result = {**result, "status": Status.MISMATCH, "message": f"the translation raises where Keras runs: {last.strip()}",
-                      "trace": message}
+        return _replay_variant(meta, arrays, name, tolerance, memory_mb, reference, samples)
+    return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),
+            "not_searchable": searchable(meta, arrays)}
+
+
+def _replay_variant(meta: dict, arrays: Any, name: str, tolerance: dict | None, memory_mb: int,
+                    reference: Path | None, samples: Path | None) -> dict:
+    """A layer built in a configuration the tests did not use (``variants.py``): not compared
+    when the translation cannot be given the changed parameter (as a function's variant,
+    ``replay_functions``); ``raised`` when it fails where Keras ran, a mismatch: the user's
+    model in this configuration fails in JAX alone (a weights error stays an error)."""
+    variant = meta["variant"]
+    param = variant.split("=", 1)[0]
+    try:
+        maker = origin_target(meta["origin"])
+    except Exception:  # noqa: BLE001 - an import that fails is the replay's to report
+        maker = None
+    base = {"variant": variant, "not_searchable": searchable(meta, arrays)}
+    if maker is not None and not accepts(maker, param):
+        return {"id": meta["id"], "target": meta["target"], "layer": meta["layer"], "status": Status.NOT_COMPARED,
+                **base, "note": f"built with {variant}: the translation has no parameter {param!r}"}
+    result = {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples), **base}
+    note = f"built with {variant} (a configuration beyond the tests')"
+    result["note"] = "; ".join(filter(None, [note, result.get("note")]))
+    if result["status"] == Status.ERROR and not result.get("message", "").startswith("weights: "):
+        result.update(status=Status.MISMATCH, raised=True)
     return result
 
 

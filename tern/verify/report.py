@@ -162,8 +162,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                               **({"search": case["search"]} if case.get("search") else {}),
                               **({"init_notes": case["init_notes"]} if case.get("init_notes") else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
-                              **({"message": case["message"][-2000:]} if case.get("message") else {}),
-                              **({"trace": case["trace"][-2000:]} if case.get("trace") else {})})
+                              **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:
                 if "max_abs" in check:
                     row.max_abs = max(row.max_abs or 0.0, check["max_abs"])
@@ -175,6 +174,8 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                 bad = next((c for c in checks + probes if not c["ok"]), None)
                 where = (f"{bad['name']}: " + (bad.get("problem") or _beyond(bad))
                          + (f" (input saved: {bad['input']})" if bad.get("input") else "")) if bad else case.get("message", "")
+                if case.get("raised"):  # a variant Keras ran and the translation did not (``replay._replay_variant``)
+                    where = f"the translation raises where Keras runs: {_last_line(case.get('message', ''))}"
                 row.problems.append(f"mismatch: {case['target']} case {case['id']}: {where}"
                                     + (f"; {case['note']}" if case.get("note") else ""))
             else:
