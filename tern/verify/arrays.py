@@ -116,25 +116,20 @@ def write_case(directory: Path, name: str, meta: dict, arrays: list[np.ndarray])
     os.replace(tmp, directory / f"{name}.json")
 
 
-def read_case(directory: Path, name: str) -> tuple[dict, Any]:
+def read_case(directory: Path, name: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """A case's meta and every one of its arrays, read once and the ``.npz`` closed: an open
+    ``.npz`` decompresses an array again at each access, and a replay's probes and variants
+    read every array many times (half of a warm function replay's time went there)."""
     meta = json.loads((directory / f"{name}.json").read_text())
-    arrays = np.load(directory / f"{name}.npz", allow_pickle=False)
-    return meta, arrays
-
-
-def read_whole(directory: Path, name: str) -> tuple[dict, dict]:
-    """``read_case`` with every array read and the ``.npz`` closed: for what outlives the
-    call (kept between jobs) or reads its arrays many times."""
-    meta, stored = read_case(directory, name)
-    with stored:
-        return meta, replaced(stored, [], [])
+    with np.load(directory / f"{name}.npz", allow_pickle=False) as stored:
+        return meta, {key: stored[key] for key in stored.files}
 
 
 def replaced(arrays: Any, positions: list[int], values: list) -> dict:
-    """A recording's arrays (an ``.npz`` or a dict, by ``a<i>`` name) with those at
-    ``positions`` replaced by ``values`` (arrays, tensors or tracers), for ``unpack``: a
-    recorded call made again on moved float arguments."""
-    moved = {name: arrays[name] for name in arrays.files} if hasattr(arrays, "files") else dict(arrays)
+    """A recording's arrays (by ``a<i>`` name) with those at ``positions`` replaced by
+    ``values`` (arrays, tensors or tracers), for ``unpack``: a recorded call made again on
+    moved float arguments."""
+    moved = dict(arrays)
     for at, value in zip(positions, values):
         moved[f"a{at}"] = value
     return moved

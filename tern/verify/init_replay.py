@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import read_whole, unpack
+from tern.verify.arrays import read_case, unpack
 from tern.verify.graft import graft, unflatten
 from tern.verify.inits import RUNS, as_built, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
@@ -49,8 +49,8 @@ def init_compare(payload: dict, scratch: Path) -> dict:
 
 
 def _compared(case: dict) -> dict:
-    meta, arrays = read_whole(Path(case["dir"]), case["id"])
-    made, made_arrays = read_whole(Path(case["inits"]), case["id"])
+    meta, arrays = read_case(Path(case["dir"]), case["id"])
+    made, made_arrays = read_case(Path(case["inits"]), case["id"])
     built = as_built(meta)
     if len(built) != len(made["parts"]):
         return {"error": f"{len(built)} models, Keras's side drew {len(made['parts'])}"}

@@ -202,7 +202,7 @@ def _replay_function(meta: dict, arrays: Any, tolerance: dict | None) -> dict:
             return {**result, "status": Status.MISMATCH, "outputs": [], "gradients": [],
                     "message": f"{len(got)} outputs, tensorflow gave {len(want)}"}
         checks = [compare(path, np.asarray(value), arrays[f"a{index}"], tolerance) for (path, index), value in zip(want, got)]
-        wide_inputs = any(arrays[f"a{i}"].dtype == np.float64 for i in range(len(arrays.files)))
+        wide_inputs = any(arrays[f"a{i}"].dtype == np.float64 for i in range(len(arrays)))
         if wide_inputs and not all(c["ok"] for c in checks) and all("max_abs" in c for c in checks):
             with jax.enable_x64(True):
                 wide = call_function(meta, arrays, key)

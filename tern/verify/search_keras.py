@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import origin_target, pack, read_case, read_whole, replaced, unpack, write_case
+from tern.verify.arrays import origin_target, pack, read_case, replaced, unpack, write_case
 from tern.verify.between_jobs import kept
 from tern.verify.probes import judged_leaves
 from tern.verify.reference import float64_policy, rebuilt_layer, restore_weights
@@ -114,7 +114,7 @@ def _traced(compute: Callable, tensors: list, floats: list[np.ndarray], cotangen
 def _built(directory: Path, ident: str) -> tuple[dict, Callable]:
     """``(meta, call)`` of a recorded case: the Keras layer rebuilt (under the float64
     policy the caller set) or the original function."""
-    meta, arrays = read_whole(directory, ident)
+    meta, arrays = read_case(directory, ident)
     return meta, (_keras_function if meta.get("kind") == "function" else _keras_layer)(meta, arrays)
 
 

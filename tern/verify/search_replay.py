@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
-from tern.verify.arrays import array_paths, pack, read_case, read_whole, replaced, unpack, write_case
+from tern.verify.arrays import array_paths, pack, read_case, replaced, unpack, write_case
 from tern.verify.between_jobs import held, kept
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
@@ -180,7 +180,7 @@ def _compiled_or_eager(function: Callable) -> Callable:
 def _built(directory: str, ident: str) -> tuple[dict, dict, Callable, list]:
     """``(meta, arrays, run, the recorded float inputs)`` of a recorded case: the weights
     ported as for the replay, outside x64."""
-    meta, arrays = read_whole(Path(directory), ident)  # it may be kept for the next round
+    meta, arrays = read_case(Path(directory), ident)  # it may be kept for the next round
     run, recorded_floats = (_function_runner if meta.get("kind") == "function" else _layer_runner)(meta, arrays)
     return meta, arrays, run, recorded_floats
 

@@ -1,0 +1,140 @@
+"""A JAX worker's compiled computations, found again by what they compute.
+
+Why: after an edit, a translated module is imported again and every function in it is a new
+object, so JAX traces it again and, its caches being keyed by the traced jaxpr's identity,
+lowers and compiles it again: 60-80% of a warm check's time, for code that mostly did not
+change. Here ``jax._src.pjit._pjit_lower`` is wrapped by a cache keyed by the jaxpr's
+*content*: its printed text (every equation, nested jaxpr, literal and parameter), the
+values of its constants, its argument and result types with their weak types, every other
+argument of the lowering, and JAX's trace context (x64, matmul precision...). An equal key
+is the same computation, and the same compiled executable runs it.
+
+Never cached: a jaxpr with effects, a callback (its Python function prints as a masked
+address, so two different callbacks print alike), or a parameter printed as an object
+address; a lowering with a profile-guided profiler. The first failure to build a key
+turns the cache off for that call only. A JAX without these internals is left as it is.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+from typing import Any
+
+MAX_ENTRIES = 256
+_MASKED_ADDRESS = "0xXXXXXXXXXXXX"  # how JAX prints any object address inside a jaxpr
+_UNCACHEABLE_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback
+
+_entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_lock = threading.Lock()
+stats = {"hits": 0, "misses": 0, "refused": 0}
+
+
+def install() -> bool:
+    """Wrap JAX's jit lowering once; False when this JAX has no such internals."""
+    try:
+        from jax._src import config, pjit  # noqa: PLC2701 - the lowering is only reachable there
+    except ImportError:
+        return False
+    lower = getattr(pjit, "_pjit_lower", None)
+    if lower is None or getattr(lower, "_tern_by_content", False):
+        return lower is not None
+
+    def by_content(jaxpr, *args, lowering_platforms=None, lowering_parameters=None, pgle_profiler=None):
+        key = None if pgle_profiler is not None else _key(jaxpr, args, lowering_platforms, lowering_parameters,
+                                                          config.trace_context())
+        if key is None:
+            stats["refused"] += 1
+            return lower(jaxpr, *args, lowering_platforms=lowering_platforms, lowering_parameters=lowering_parameters,
+                         pgle_profiler=pgle_profiler)
+        with _lock:
+            found = _entries.get(key)
+            if found is not None:
+                _entries.move_to_end(key)
+                stats["hits"] += 1
+                return found
+        computation = lower(jaxpr, *args, lowering_platforms=lowering_platforms,
+                            lowering_parameters=lowering_parameters, pgle_profiler=pgle_profiler)
+        with _lock:
+            stats["misses"] += 1
+            _entries[key] = computation
+            while len(_entries) > MAX_ENTRIES:
+                _entries.popitem(last=False)
+        return computation
+
+    by_content._tern_by_content = True  # type: ignore[attr-defined]
+    by_content.__wrapped__ = lower  # type: ignore[attr-defined]
+    pjit._pjit_lower = by_content
+    return True
+
+
+def uninstall() -> None:
+    """JAX's own lowering back, and every kept computation dropped."""
+    from jax._src import pjit  # noqa: PLC2701 - see install
+
+    lower = getattr(pjit, "_pjit_lower", None)
+    if getattr(lower, "_tern_by_content", False):
+        pjit._pjit_lower = lower.__wrapped__
+    with _lock:
+        _entries.clear()
+
+
+def _key(jaxpr: Any, args: tuple, platforms: Any, parameters: Any, context: Any) -> tuple | None:
+    """The computation's content as a hashable key, or None when it cannot be told by content."""
+    try:
+        if jaxpr.effects:
+            return None
+        text = str(jaxpr)
+        if _MASKED_ADDRESS in text or "..." in text:  # an object, or an array printed in part
+            return None
+        values = hashlib.sha256()
+        if not _digest_values(jaxpr, values):
+            return None
+        key = (hashlib.sha256(text.encode()).hexdigest(), values.hexdigest(), _avals(jaxpr.in_avals),
+               _avals(jaxpr.out_avals), args, platforms, parameters, context)
+        hash(key)
+    except Exception:  # noqa: BLE001 - an unforeseen jaxpr or argument: lower it as JAX would
+        return None
+    return key
+
+
+def _digest_values(closed: Any, digest: Any) -> bool:
+    """Feed ``digest`` what the printed jaxpr leaves out: the values of its constants and of
+    every nested closed jaxpr's, and its literals' (an array literal prints rounded). False
+    when an equation calls back into Python."""
+    from jax._src import core  # noqa: PLC2701 - jaxprs, closed jaxprs and literals are core's types
+
+    _digest_arrays(closed.consts, digest)
+    todo = [closed.jaxpr]
+    while todo:
+        for eqn in todo.pop().eqns:
+            if any(word in eqn.primitive.name for word in _UNCACHEABLE_PRIMITIVES):
+                return False
+            _digest_arrays([v.val for v in eqn.invars if isinstance(v, core.Literal)], digest)
+            for value in eqn.params.values():
+                for item in value if isinstance(value, tuple) else (value,):
+                    if isinstance(item, core.ClosedJaxpr):
+                        _digest_arrays(item.consts, digest)
+                        todo.append(item.jaxpr)
+                    elif isinstance(item, core.Jaxpr):
+                        todo.append(item)
+    return True
+
+
+def _avals(avals: Any) -> tuple:
+    return tuple((str(a), getattr(a, "weak_type", None)) for a in avals)
+
+
+def _digest_arrays(arrays: Any, digest: Any) -> None:
+    import jax
+    import numpy as np
+
+    for array in arrays:
+        dtype = getattr(array, "dtype", None)
+        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+            digest.update(str(dtype).encode())
+            array = jax.random.key_data(array)
+        value = np.asarray(array)
+        digest.update(f"{value.dtype}{value.shape}|".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
