@@ -213,6 +213,7 @@ class Worker:
         # a second copy of a TensorFlow or JAX internal module breaks the first.
         self.startup_packages = frozenset(name.partition(".")[0] for name in sys.modules)
         self._resolved: dict[str, str] = {}  # a module file's real path, asked after every job
+        self._kept: set[str] = set()  # modules of startup packages, known never to be purged
 
     def run(self, job: Job) -> JobResult:
         started = time.monotonic()
@@ -304,8 +305,13 @@ class Worker:
             except OSError:
                 continue
         for name, module in list(sys.modules.items()):
+            if name in self._kept:
+                continue
             top = name.partition(".")[0]
-            if top in self.startup_packages or module is None:
+            if top in self.startup_packages:
+                self._kept.add(name)
+                continue
+            if module is None:
                 continue
             file = getattr(module, "__file__", None)
             paths = [file] if file else list(getattr(module, "__path__", None) or ())
