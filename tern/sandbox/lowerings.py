@@ -10,9 +10,11 @@ argument of the lowering, and JAX's trace context (x64, matmul precision...). An
 is the same computation, and the same compiled executable runs it.
 
 Never cached: a jaxpr with effects, a callback (its Python function prints as a masked
-address, so two different callbacks print alike), or a parameter printed as an object
-address; a lowering with a profile-guided profiler. The first failure to build a key
-turns the cache off for that call only. A JAX without these internals is left as it is.
+address, so two different callbacks print alike), a parameter printed as an object address
+or an array printed in part; a lowering with a profile-guided profiler. A key that cannot
+be built leaves that one call to JAX. A JAX without these internals is left as it is.
+The newest ``MAX_ENTRIES`` computations are kept (with their executables: the worker's
+memory, which the pool bounds by recycling a worker after its 200th job).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import hashlib
 import threading
 from typing import Any
 
-MAX_ENTRIES = 256
+MAX_ENTRIES = 128
 _MASKED_ADDRESS = "0xXXXXXXXXXXXX"  # how JAX prints any object address inside a jaxpr
 _UNCACHEABLE_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback
 
