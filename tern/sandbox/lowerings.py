@@ -2,8 +2,8 @@
 
 Why: after an edit, a translated module is imported again and every function in it is a new
 object, so JAX traces it again and, its caches being keyed by the traced jaxpr's identity,
-lowers and compiles it again: 60-80% of a warm check's time, for code that mostly did not
-change. Here ``jax._src.pjit._pjit_lower`` is wrapped by a cache keyed by the jaxpr's
+lowers and compiles it again: two thirds of a warm function replay's time and two fifths of
+a search round's, for code that mostly did not change. Here ``jax._src.pjit._pjit_lower`` is wrapped by a cache keyed by the jaxpr's
 *content*: its printed text (every equation, nested jaxpr, literal and parameter), the
 values of its constants, its argument and result types with their weak types, every other
 argument of the lowering, and JAX's trace context (x64, matmul precision...). An equal key
