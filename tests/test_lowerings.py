@@ -56,6 +56,9 @@ def test_a_different_value_is_a_different_computation(cache, other):
 
 
 def test_constants_of_a_nested_jaxpr_count(cache):
+    """JAX hoists a branch's closed-over array into the outer jaxpr's constants (the first
+    half), but a nested closed jaxpr may keep constants of its own, which the printed text
+    leaves out: the key digests them (the second half, a jaxpr made so)."""
     def branchy(table):
         return lambda x, p: jax.lax.cond(p, lambda v: v + table, lambda v: v - table, x)
 
@@ -63,6 +66,21 @@ def test_constants_of_a_nested_jaxpr_count(cache):
     jax.jit(branchy(np.arange(3.0, dtype=np.float32)))(x, True)
     got = jax.jit(branchy(np.arange(3.0, dtype=np.float32) * 10))(x, True)
     np.testing.assert_array_equal(got, [0.0, 10.0, 20.0])
+
+    outer = jax.jit(lambda v, p: jax.lax.cond(p, lambda w: w + 1.0, lambda w: w - 1.0, v)).trace(x, True).jaxpr
+
+    def with_branch_constants(table):
+        branch = jax.make_jaxpr(lambda w: w + table)(x)  # a closed jaxpr holding the table as its constant
+        assert branch.consts
+        eqns = [e.replace(params={**e.params, "branches": (branch, branch)}) if "branches" in e.params else e
+                for e in outer.jaxpr.eqns]
+        return outer.replace(jaxpr=outer.jaxpr.replace(eqns=eqns))
+
+    ones, tens = (with_branch_constants(np.arange(3.0, dtype=np.float32) * k) for k in (1, 10))
+    assert str(ones) == str(tens)
+    key = lambda closed: lowerings._key(closed, (), None, None, None)  # noqa: E731
+    assert key(ones) is not None and key(ones) != key(tens)
+    assert key(ones) == key(with_branch_constants(np.arange(3.0, dtype=np.float32)))
 
 
 def test_weak_types_and_precision_modes_are_kept_apart(cache):
