@@ -126,10 +126,11 @@ def _import_kind(kind: str, keras: str, jax_cache: str) -> None:
     import numpy  # noqa: F401
     import optax  # noqa: F401
 
-    from tern.sandbox import lowerings
+    from tern.sandbox import lowerings, param_checks
     from tern.sandbox.prng import compile_key_derivations
 
     lowerings.install()  # an edited module's unchanged functions reuse their executables
+    param_checks.install()  # Flax's shape check of a parameter, traced once per initializer
     compile_key_derivations()
 
 
