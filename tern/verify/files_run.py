@@ -9,7 +9,8 @@ loader that puts ``__tern_ran__.add(file)`` at the top of every function body (`
 and ``async def``, methods and nested functions; not lambdas, comprehensions, or module
 and class bodies: importing a module runs those, and an import reaches nothing). Line
 numbers are kept, so tracebacks read as the source; the instrumented code is never
-written to ``__pycache__`` nor read from it. Test files are left to pytest's own
+written to ``__pycache__`` nor read from it (a worker keeps it in memory, by its source
+text: ``compiled.py``). Test files are left to pytest's own
 assertion rewriting: they are not counted anyway.
 
 The sandbox worker forgets the package's modules after every job, so each job imports
@@ -27,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from tern.verify.compiled import compiled
 from tern.verify.record import is_test_file
 
 MARK = "__tern_ran__"
@@ -56,11 +58,16 @@ class _MarkingLoader(importlib.machinery.SourceFileLoader):
         self.ran = ran
 
     def get_code(self, fullname: str):
-        """From the source every time: no bytecode cache read or written."""
+        """From the source: no bytecode cache read or written; compiled once per text in
+        this process (``compiled.py``)."""
         source = self.get_data(self.path)
-        tree = ast.parse(source, filename=self.path)
-        tree = ast.fix_missing_locations(_Marking(self.path).visit(tree))
-        return compile(tree, self.path, "exec", dont_inherit=True)
+
+        def make():
+            tree = ast.parse(source, filename=self.path)
+            tree = ast.fix_missing_locations(_Marking(self.path).visit(tree))
+            return compile(tree, self.path, "exec", dont_inherit=True)
+
+        return compiled("marked", self.path, source, make)
 
     def exec_module(self, module) -> None:
         module.__dict__[MARK] = _Recorder(self.ran)

@@ -53,7 +53,10 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bo
     (TensorFlow or JAX loaded) costs half a second per run, more than the tests."""
     import pytest
 
+    from tern.verify.compiled import keep_pytest_rewrites
     from tern.verify.untranslated import UntranslatedLines
+
+    keep_pytest_rewrites()  # test files that did not change are not rewritten again
 
     junit = scratch / "junit.xml"
     lines = UntranslatedLines(rootdir, files) if translated else None
