@@ -57,6 +57,28 @@ def test_the_tests_tell_initializers_apart_and_pass_equal_ones():
     assert init_check("b", np.zeros((50, 4)), np.zeros((50, 4)))["ok"]
 
 
+def test_a_p_value_is_computed_once_per_test_and_values(monkeypatch):
+    """A worker answers the same runs again from memory, and any other values afresh."""
+    from tern.verify import inits
+
+    inits._P_VALUES.clear()
+    rng = np.random.default_rng(3)
+    got, want = rng.normal(0, 1, (50, 8, 8)), rng.normal(0, 1, (50, 8, 8))
+    first = init_check("k", got, want)
+    assert len(inits._P_VALUES) == 8  # two tests of four statistics
+    calls = []
+    real = inits._p
+
+    def counting(name, x, y, test):
+        return real(name, x, y, lambda: calls.append(name) or test())
+
+    monkeypatch.setattr(inits, "_p", counting)
+    assert init_check("k", got, want) == first and calls == []
+    # other values on either side: every test runs, and finds the scale
+    wider, narrower = init_check("k", got * 1.5, want), init_check("k", got, want * 1.5)
+    assert len(calls) == 16 and first["ok"] and not wider["ok"] and not narrower["ok"]
+
+
 def test_a_small_layer_gets_the_runs_that_tell_its_initializers_apart():
     """Glorot uniform against LeCun normal on a (4, 2) output kernel (variances 1/3 and 1/4):
     each run's statistics of 8 elements are noisy, and 50 runs a side do not reach 1e-6."""

@@ -106,6 +106,25 @@ def test_jax_workers_compile_into_the_shared_cache_when_one_is_set(sandbox, monk
     assert sandbox.sandbox.jax_cache == sandbox.sandbox.state_dir / "jax-cache"  # the default: the project's own
 
 
+def test_a_worker_freezes_what_lives_only_while_no_job_waits():
+    import gc
+
+    from tern.sandbox.worker import freeze_while_idle
+
+    read, write = os.pipe()
+    try:
+        alive = [[i] for i in range(1000)]  # tracked containers, alive across the freeze
+        os.write(write, b"x")  # a job's frame is waiting: it goes first
+        frozen = gc.get_freeze_count()
+        assert not freeze_while_idle(read) and gc.get_freeze_count() == frozen
+        os.read(read, 1)
+        assert freeze_while_idle(read) and gc.get_freeze_count() >= frozen + len(alive)
+    finally:
+        gc.unfreeze()  # this test process's collector as it was
+        os.close(read)
+        os.close(write)
+
+
 def test_a_worker_imports_slow_modules_while_idle_and_a_waiting_job_goes_first():
     from tern.sandbox.worker import import_while_idle
 
