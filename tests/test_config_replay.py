@@ -87,6 +87,10 @@ def recorded(tmp_path_factory):
     record_config_call(recorder, "PACKAGE.model", "make_optimizers", (), {}, optimizers, before={})
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5, staircase=True)
     record_config_call(recorder, "PACKAGE.model", "make_scheduled", (), {}, keras.optimizers.SGD(schedule), before={})
+    regressor = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    regressor.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")  # a loss by name: compile wraps it
+    record_config_call(recorder, "PACKAGE.model", "compile_regressor", (regressor,), {}, regressor,
+                       before={id(regressor): id(None)})
     assert not recorder.skipped, recorder.skipped
     return {case["target"].split(":")[1]: read_case(out, case["id"]) for case in recorder.cases}
 
@@ -125,6 +129,21 @@ def test_what_keras_configured_is_recorded(recorded):
     assert [m["name"] for m in config["metrics"]] == ["top2"]
     meta, _ = recorded["make_optimizers"]
     assert [c["at"] for c in meta["configs"]] == [["result", 0], ["result", 1]]
+
+
+def test_a_loss_given_by_name_is_recorded_with_its_value(recorded):
+    """``loss="mse"``: Keras 3 keeps the wrapper ``compile`` puts around it out of
+    ``keras.losses``; the recorder found it there only, and the configuration went unrecorded."""
+    import numpy as np
+
+    from tern.verify.arrays import unpack
+
+    meta, arrays = recorded["compile_regressor"]
+    (config,) = meta["configs"]
+    loss = config["loss"]
+    y_true, y_pred, value = (np.asarray(unpack(loss[k], arrays)) for k in ("y_true", "y_pred", "value"))
+    assert loss["name"] == "mse"
+    np.testing.assert_allclose(value, np.mean((y_true - y_pred) ** 2), rtol=1e-6)
 
 
 @pytest.mark.parametrize("function", ["compile_classifier", "make_optimizers"])

@@ -161,12 +161,24 @@ def _loss_record(model: Any, classes: int, arrays: list[np.ndarray]) -> dict | N
     if loss is None or isinstance(loss, (dict, list, tuple)):
         return None
     if isinstance(loss, str) or not isinstance(loss, keras.losses.Loss):
-        loss = keras.losses.LossFunctionWrapper(keras.losses.get(loss) if isinstance(loss, str) else loss)
+        loss = _function_wrapper()(keras.losses.get(loss) if isinstance(loss, str) else loss)
     rng = np.random.default_rng(SEED + 1)
     y_true, y_pred = _targets(_name(model.loss), classes, rng), _predictions(classes, rng)
     value = np.asarray(loss(y_true, y_pred))
     return {"name": _name(model.loss), "y_true": pack(y_true, arrays), "y_pred": pack(y_pred, arrays),
             "value": pack(value.astype(np.float32), arrays)}
+
+
+def _function_wrapper() -> Any:
+    """Keras's wrapper of a loss function (``"mse"``, a callable) as ``compile`` makes it,
+    with its default reduction: public in Keras 2 and early Keras 3, only in
+    ``keras.src`` since."""
+    import keras
+
+    found = getattr(keras.losses, "LossFunctionWrapper", None)
+    if found is None:
+        from keras.src.losses.losses import LossFunctionWrapper as found
+    return found
 
 
 def _metric_records(model: Any, classes: int, arrays: list[np.ndarray]) -> list[dict] | None:
