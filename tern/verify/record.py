@@ -50,6 +50,9 @@ from tern.weights.port import variable_path
 
 COTANGENT_SEED = 1234
 VARIANTS = 2  # configurations per layer or factory beyond the tests' (``record_variants``)
+#: Keras's entry points that call a model inside a traced function (``record_trained``)
+TRAINED_THROUGH = ("fit", "evaluate", "predict")
+TRAINED_SAMPLES = 4  # of a model's first ``x``, called once more after the tests
 
 
 def _tf():
@@ -88,6 +91,7 @@ class Recorder:
         self.varied: set[str] = set()  # targets whose first case is kept to build again (``record_variants``)
         self.variant_seeds: list[tuple] = []  # (call, origin, args, kwargs) of each such case
         self.function_depth = 0  # inside a package function's call: its own calls are covered by it
+        self.trained: dict[int, tuple[Any, Any]] = {}  # id -> (model, its first samples): ``record_trained``
         self.replaying = False
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -128,6 +132,9 @@ class Recorder:
         # (wrapping ``__init__`` would change the signature Keras inspects for its config).
         for cls in classes:
             self._patch(cls, "__new__", staticmethod(self._new_wrapper(cls, cls.__new__)))
+        for model_base in _model_bases(layer_bases):
+            for name in TRAINED_THROUGH:
+                self._patch(model_base, name, self._trained_wrapper(getattr(model_base, name)))
 
     def _new_wrapper(self, owner: type, new: Any):
         def __new__(cls, *args, **kwargs):
@@ -290,6 +297,41 @@ class Recorder:
                 self.varied.add(target)
                 self.variant_seeds.append((call, origin, args, kwargs))
         return None
+
+    def _trained_wrapper(self, method: Any):
+        """``fit``/``evaluate``/``predict``: Keras calls the model inside a traced function,
+        where no call is recorded; the model and its first samples are kept for
+        ``record_trained``. Nothing is read from a dataset or a generator: taking a batch
+        would move its shuffling, which the test would then see."""
+        recorder = self
+
+        def entry(model, *args, **kwargs):
+            if not recorder.replaying and id(model) not in recorder.trained and "_tern_origin" in model.__dict__:
+                first = _first_samples(args[0] if args else kwargs.get("x"))
+                if first is not None:
+                    recorder.trained[id(model)] = (model, first)
+            return method(model, *args, **kwargs)
+
+        entry.__wrapped__ = method
+        return entry
+
+    def record_trained(self) -> None:
+        """Each package model the tests used only through ``fit``, ``evaluate`` or
+        ``predict`` (no call of its target recorded), called once more after the tests on the
+        first ``TRAINED_SAMPLES`` samples it was given, and recorded as a test's call would
+        be: its outputs, gradients and other mode are replayed at the weights the tests left
+        it with (ported, as always), its initial weights compared, its configurations varied.
+        Run after the tests, so that nothing a test sees changes."""
+        for model, first in self.trained.values():
+            origin = model.__dict__["_tern_origin"]
+            if self.per_target.get(_target(origin), 0):
+                continue  # its target was called by a test: that case says what this one would
+            try:
+                model(first)  # recorded by the patched ``__call__``
+            except Exception:  # noqa: BLE001 - the model refuses its own samples alone: not compared
+                self.skip(origin, "used only through fit/evaluate/predict, and its first samples could not be "
+                                  "passed to it alone: " + traceback.format_exc(limit=1).strip().splitlines()[-1][:200])
+        self.trained.clear()
 
     def record_variants(self) -> None:
         """Each layer or factory with a recorded case built again with one plain
@@ -554,6 +596,33 @@ def _never(value: Any) -> None:
     return None
 
 
+def _model_bases(layer_bases: list[type]) -> list[type]:
+    """The Keras model classes whose ``fit`` the tests may call: Keras 3's, and legacy
+    Keras 2's when its layers are recorded."""
+    import keras
+
+    found = [keras.Model]
+    found += [b for b in layer_bases if b.__name__ == "Model" and b.__module__.startswith("tf_keras") and b not in found]
+    return found
+
+
+def _first_samples(x: Any) -> Any:
+    """The first ``TRAINED_SAMPLES`` samples of ``fit``'s ``x`` when it is an array, a tensor,
+    or a list, tuple or dict of them (several inputs); None for anything else (a dataset, a
+    generator): reading it would change what the test reads next."""
+    if isinstance(x, dict):
+        parts = {k: _first_samples(v) for k, v in x.items()}
+        return parts if parts and all(v is not None for v in parts.values()) else None
+    if isinstance(x, (list, tuple)):
+        parts = [_first_samples(v) for v in x]
+        return parts if parts and all(v is not None for v in parts) else None
+    if not isinstance(x, np.ndarray) and not (hasattr(x, "numpy") and hasattr(x, "dtype") and hasattr(x, "shape")):
+        return None
+    if not len(getattr(x, "shape", ())) or not x.shape[0]:
+        return None
+    return _as_np(x[:TRAINED_SAMPLES])  # sliced first: a tensor is copied whole by ``numpy()``
+
+
 def _as_np(value: Any) -> np.ndarray:
     array = to_numpy(value)
     return np.asarray(value) if array is None else array
@@ -665,6 +734,7 @@ def record_tests(payload: dict, scratch: Path) -> dict:
                 _run_config_case(case, recorder)
             tests = (run_pytest([str(root / t) for t in payload.get("tests", [])], root, scratch)
                      if payload.get("tests") else {})
+            recorder.record_trained()
             recorder.record_variants()
     finally:
         steps.close()
