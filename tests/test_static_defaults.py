@@ -84,6 +84,34 @@ def test_a_different_default_makes_its_module_a_mismatch_and_agreement_alone_pro
     assert rows["pkg.train"].status == Status.UNTESTED and rows["pkg.train"].defaults_compared == 5
 
 
+def test_a_function_replayed_only_as_a_training_configuration_keeps_its_defaults_compared(tmp_path):
+    """A configuration case compares what the function returns, not its signature, and fails
+    on a stand-in model where the function needs more of it (``fit_with_early_stopping``):
+    only cases that compared defaults leave a function to the replay."""
+    from tern.verify.static_defaults import compared_by_replay
+
+    cases = [{"target": "pkg.train:fit_with_early_stopping", "status": "not compared", "outputs": []},
+             {"target": "pkg.train:recorded", "status": "match", "interface": []}]
+    replayed = compared_by_replay(cases)
+    assert replayed == {"pkg.train:recorded"}
+    original, translated = _package(tmp_path / "tf", ORIGINAL), _package(tmp_path / "jax", TRANSLATED)
+    checks = static_default_checks(original, translated, ["pkg", "pkg.train"], replayed=replayed)
+    failed = [c["name"] for c in checks["pkg.train"] if not c["ok"]]
+    assert "default of learning_rate (fit_with_early_stopping)" in failed
+
+
+def test_a_classes_methods_are_compared_by_class_and_method_name(tmp_path):
+    """A schedule the package defines keeps its ``__init__``; a layer's becomes Flax fields,
+    which a replay compares (so a replayed class is left to it)."""
+    original = _package(tmp_path / "tf", "class Warmup:\n    def __init__(self, peak, alpha=0.0, steps=(5,)):\n"
+                                         "        pass\n\nclass Dense:\n    def __init__(self, units=32):\n        pass\n")
+    translated = _package(tmp_path / "jax", "class Warmup:\n    def __init__(self, peak, alpha=0.1, steps=[5]):\n"
+                                            "        pass\n\nclass Dense:\n    def __init__(self, units=33):\n        pass\n")
+    checks = static_default_checks(original, translated, ["pkg.train"], replayed={"pkg.train:Dense"})
+    assert [(c["name"], c["ok"]) for c in checks["pkg.train"]] == [
+        ("default of alpha (Warmup.__init__)", False), ("default of steps (Warmup.__init__)", True)]
+
+
 def test_unreadable_and_missing_files_compare_nothing(tmp_path):
     original = _package(tmp_path / "tf", ORIGINAL)
     translated = _package(tmp_path / "jax", "def broken(:\n")
@@ -94,7 +122,7 @@ def test_unreadable_and_missing_files_compare_nothing(tmp_path):
                                         if (p / "__init__.py").exists()))
 def test_the_golden_translations_keep_every_literal_default(name):
     """No false finding: tern's own translations of the fixtures declare the defaults their
-    TF sources declare (138 compared over the fixtures on 4 December 2026)."""
+    TF sources declare (144 compared over the fixtures on 5 December 2026)."""
     checks = static_default_checks(ROOT / "fixtures" / "tf" / name, ROOT / "fixtures" / "expected" / name,
                                    package_modules(ROOT / "fixtures" / "expected", name))
     assert [c for found in checks.values() for c in found if not c["ok"]] == []

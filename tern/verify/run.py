@@ -36,7 +36,7 @@ from tern.verify.cache import Cache
 from tern.verify.config import VerifyConfig
 from tern.verify.record import imported_modules, is_test_file, package_modules
 from tern.verify.report import JobAnswer, PackageReport, build_rows
-from tern.verify.static_defaults import static_default_checks
+from tern.verify.static_defaults import compared_by_replay, static_default_checks
 from tern.verify.init_run import inits_module, inits_steps
 from tern.verify.search_run import search_module
 from tern.verify.step_report import training_summary
@@ -310,7 +310,7 @@ class PackageVerifier:
             for path in test_files(jax_root / self.package):
                 group.start_soon(run_tests, path)
         imports = {rel: imported_modules(jax_root / self.package / rel, jax_root, self.package, modules) for rel in tests_out}
-        replayed = {case["target"] for value, _, _ in replays.values() if value for case in value.get("cases", [])}
+        replayed = compared_by_replay(case for value, _, _ in replays.values() if value for case in value.get("cases", []))
         defaults = static_default_checks(self.original, jax_root / self.package, modules, replayed)
         rows = build_rows(self.package, modules, replays, tests_out, recording.get("value"), recording.get("failure"), trains,
                           imports, defaults)
