@@ -53,6 +53,9 @@ VARIANTS = 2  # configurations per layer or factory beyond the tests' (``record_
 #: Keras's entry points that call a model inside a traced function (``record_trained``)
 TRAINED_THROUGH = ("fit", "evaluate", "predict")
 TRAINED_SAMPLES = 4  # of a model's first ``x``, called once more after the tests
+#: calls per training-configuration function beyond the tests' (``record_config_variants``):
+#: an optimizer's trajectories cost milliseconds, and a factory has a handful of parameters
+CONFIG_VARIANTS = 6
 
 
 def _tf():
@@ -92,6 +95,7 @@ class Recorder:
         self.variant_seeds: list[tuple] = []  # (call, origin, args, kwargs) of each such case
         self.function_depth = 0  # inside a package function's call: its own calls are covered by it
         self.trained: dict[int, tuple[Any, Any]] = {}  # id -> (model, its first samples): ``record_trained``
+        self.config_seeds: list[tuple] = []  # (module, name, fn, args, kwargs): ``record_config_variants``
         self.replaying = False
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -165,7 +169,10 @@ class Recorder:
                 recorder.function_depth -= 1
             if outermost:
                 try:
-                    record_config_call(recorder, module, name, args, kwargs, result, before)
+                    if record_config_call(recorder, module, name, args, kwargs, result, before) \
+                            and f"{module}:{name}" not in recorder.varied:
+                        recorder.varied.add(f"{module}:{name}")
+                        recorder.config_seeds.append((module, name, fn, args, kwargs))
                 except Exception:  # noqa: BLE001 - a recorder failure must never fail the user's test
                     recorder.skip({"module": module, "name": name},
                                   "recorder error: " + traceback.format_exc(limit=2).splitlines()[-1])
@@ -332,6 +339,38 @@ class Recorder:
                 self.skip(origin, "used only through fit/evaluate/predict, and its first samples could not be "
                                   "passed to it alone: " + traceback.format_exc(limit=1).strip().splitlines()[-1][:200])
         self.trained.clear()
+
+    def record_config_variants(self) -> None:
+        """Each package function with a recorded training configuration called again with
+        one plain argument changed (``variants.py``), up to ``CONFIG_VARIANTS`` per function,
+        and recorded as a configuration case of its own, marked ``variant``: a formula a
+        test's value hides (``g * clipnorm / max(norm, clipnorm)`` against ``g / clipnorm``
+        agrees at ``clipnorm=1.0``) is compared at another. Run after the tests. A function
+        given a model or an array (``compile_classifier(model)``) is not varied: calling it
+        again would configure the test's own objects."""
+        for module, name, fn, args, kwargs in self.config_seeds:
+            try:
+                packed = [pack(list(args), [], _never), pack(dict(kwargs), [], _never)]
+            except Unpackable:
+                continue  # a model or an array among the arguments: its configurations are the tests'
+            for change in argument_variants(fn, packed, limit=CONFIG_VARIANTS):
+                built_args, built_kwargs = unpack(change["inputs"], [])
+                before = compiled_state(built_args, built_kwargs)
+                self.function_depth += 1  # the function's own calls are not the tests'
+                self.replaying = True
+                try:
+                    result = fn(*built_args, **built_kwargs)
+                except Exception:  # noqa: BLE001 - Keras refuses this configuration: no variant
+                    continue
+                finally:
+                    self.function_depth -= 1
+                    self.replaying = False
+                try:
+                    record_config_call(self, module, name, tuple(built_args), built_kwargs, result, before,
+                                       variant=change["name"])
+                except Exception:  # noqa: BLE001 - a recorder failure must never fail the run
+                    continue
+        self.config_seeds.clear()
 
     def record_variants(self) -> None:
         """Each layer or factory with a recorded case built again with one plain
@@ -736,6 +775,7 @@ def record_tests(payload: dict, scratch: Path) -> dict:
                      if payload.get("tests") else {})
             recorder.record_trained()
             recorder.record_variants()
+            recorder.record_config_variants()
     finally:
         steps.close()
         recorder.close()

@@ -216,11 +216,13 @@ def _model_record(model: Any, arrays: list[np.ndarray]) -> dict:
 
 
 def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwargs: dict, result: Any,
-                       before: dict[int, int]) -> None:
-    """After a package function returned: a case when it returned optimizers or compiled a model."""
+                       before: dict[int, int], variant: str = "") -> bool:
+    """After a package function returned: a case when it returned optimizers or compiled a
+    model; whether it wrote one. ``variant``: the change, when this is a call with one
+    argument changed (``Recorder.record_config_variants``)."""
     target = f"{module}:{name}"
-    if recorder.per_target.get(target, 0) >= recorder.max_per_target:
-        return
+    if recorder.per_target.get(target, 0) >= recorder.max_per_target and not variant:
+        return False
     called = [list(args), dict(kwargs)]
     found: list[tuple[list, str, Any]] = []
     for path, leaf in leaves(called):
@@ -234,18 +236,19 @@ def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwarg
                 and is_keras_optimizer(getattr(leaf, "optimizer", None)) and not any(leaf is f[2] for f in found):
             found.append((["result", *path], "model", leaf))
     if not found:
-        return
+        return False
     origin = {"kind": "function", "module": module, "name": name}
     models = {id(leaf) for _, kind, leaf in found if kind == "model"}
     try:
         inputs = pack(_mark_models(called, models), arrays := [], argument_array)
     except Unpackable as exc:
-        recorder.skip(origin, f"training configuration not replayed: {exc}")
-        return
+        if not variant:
+            recorder.skip(origin, f"training configuration not replayed: {exc}")
+        return False
     signature = json.dumps(["config", target, inputs, [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]],
                            sort_keys=True, default=str)
     if signature in recorder.seen:
-        return
+        return False
     recorder.seen.add(signature)
     configs = []
     recorder.replaying = True
@@ -257,17 +260,19 @@ def record_config_call(recorder: Any, module: str, name: str, args: tuple, kwarg
                 else:
                     configs.append({"at": path, "kind": kind, **_model_record(leaf, arrays)})
             except Exception as exc:  # noqa: BLE001 - a configuration Keras cannot copy is not replayed
-                recorder.skip(origin, f"training configuration not replayed: {type(exc).__name__}: {exc}"[:300])
+                if not variant:  # a variant is extra: left out without a word
+                    recorder.skip(origin, f"training configuration not replayed: {type(exc).__name__}: {exc}"[:300])
     finally:
         recorder.replaying = False
     if not configs:
-        return
+        return False
     ident = hashlib.sha256(signature.encode()).hexdigest()[:16]
     meta = {"id": ident, "kind": "config", "target": target, "origin": origin, "inputs": inputs, "layer": name,
-            "configs": configs}
+            "configs": configs, **({"variant": variant} if variant else {})}
     write_case(recorder.out, ident, meta, arrays)
     recorder.per_target[target] = recorder.per_target.get(target, 0) + 1
     recorder.cases.append({"id": ident, "target": target})
+    return True
 
 
 def _mark_models(value: Any, models: set[int]) -> Any:

@@ -79,10 +79,10 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-def argument_variants(fn: Any, inputs: list) -> list[dict]:
+def argument_variants(fn: Any, inputs: list, limit: int = LIMIT) -> list[dict]:
     """``{"name", "param", "inputs"}`` per variant of a call whose packed arguments are
     ``inputs`` (``[args, {"__dict__": kwargs}]``, ``arrays.pack``): the same structure with one
-    plain value changed, or one default passed by keyword."""
+    plain value changed, or one default passed by keyword; ``limit`` of them at most."""
     signature = _signature(fn)
     if signature is None:
         return []
@@ -117,7 +117,7 @@ def argument_variants(fn: Any, inputs: list) -> list[dict]:
     # taking a few sees as many parameters changed as it can
     ranks = sorted({rank for changes in per_parameter for rank, _ in changes})
     found = [change for rank in ranks for changes in per_parameter for r, change in changes if r == rank]
-    return found[:LIMIT]
+    return found[:limit]
 
 
 def accepts(fn: Any, param: str) -> bool:
