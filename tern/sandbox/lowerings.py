@@ -19,18 +19,17 @@ memory, which the pool bounds by recycling a worker after its 200th job).
 
 from __future__ import annotations
 
-import collections
 import hashlib
-import threading
 from typing import Any
+
+from tern.sandbox.memo import Memo
 
 MAX_ENTRIES = 128
 _MASKED_ADDRESS = "0xXXXXXXXXXXXX"  # how JAX prints any object address inside a jaxpr
 _UNCACHEABLE_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback
 
-_entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_lock = threading.Lock()
-stats = {"hits": 0, "misses": 0, "refused": 0}
+_computations = Memo(MAX_ENTRIES, refused=0)
+stats = _computations.stats
 
 
 def install() -> bool:
@@ -50,20 +49,9 @@ def install() -> bool:
             stats["refused"] += 1
             return lower(jaxpr, *args, lowering_platforms=lowering_platforms, lowering_parameters=lowering_parameters,
                          pgle_profiler=pgle_profiler)
-        with _lock:
-            found = _entries.get(key)
-            if found is not None:
-                _entries.move_to_end(key)
-                stats["hits"] += 1
-                return found
-        computation = lower(jaxpr, *args, lowering_platforms=lowering_platforms,
-                            lowering_parameters=lowering_parameters, pgle_profiler=pgle_profiler)
-        with _lock:
-            stats["misses"] += 1
-            _entries[key] = computation
-            while len(_entries) > MAX_ENTRIES:
-                _entries.popitem(last=False)
-        return computation
+        return _computations.get(key, lambda: lower(jaxpr, *args, lowering_platforms=lowering_platforms,
+                                                    lowering_parameters=lowering_parameters,
+                                                    pgle_profiler=pgle_profiler))
 
     by_content._tern_by_content = True  # type: ignore[attr-defined]
     by_content.__wrapped__ = lower  # type: ignore[attr-defined]
@@ -78,8 +66,7 @@ def uninstall() -> None:
     lower = getattr(pjit, "_pjit_lower", None)
     if getattr(lower, "_tern_by_content", False):
         pjit._pjit_lower = lower.__wrapped__
-    with _lock:
-        _entries.clear()
+    _computations.clear()
 
 
 def _key(jaxpr: Any, args: tuple, platforms: Any, parameters: Any, context: Any) -> tuple | None:

@@ -18,20 +18,19 @@ Any other call, an initializer or argument that cannot be hashed, and a Flax who
 
 from __future__ import annotations
 
-import collections
 import functools
-import threading
 import types
 from typing import Any, Callable
+
+from tern.sandbox.memo import Memo
 
 MAX_ENTRIES = 512
 _FREE = ("init_args", "init_fn", "init_kwargs")  # what Flax's lambda closes over, sorted
 _LIBRARIES = ("jax.", "flax.")  # whose closures compute from their code and cells alone
 _DEPTH = 4  # closures of closures (a partial of a factory's init) followed this deep
 
-_entries: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_lock = threading.Lock()
-stats = {"hits": 0, "misses": 0}
+_answers = Memo(MAX_ENTRIES)
+stats = _answers.stats
 
 
 def _check_code() -> Any | None:
@@ -61,19 +60,7 @@ def install() -> bool:
         key = _key(fun, code) if not args and not kwargs else None
         if key is None:
             return original(fun, *args, **kwargs)
-        with _lock:
-            found = _entries.get(key)
-            if found is not None:
-                _entries.move_to_end(key)
-                stats["hits"] += 1
-                return found
-        value = original(fun)
-        with _lock:
-            stats["misses"] += 1
-            _entries[key] = value
-            while len(_entries) > MAX_ENTRIES:
-                _entries.popitem(last=False)
-        return value
+        return _answers.get(key, lambda: original(fun))
 
     eval_shape._tern_param_checks = True  # type: ignore[attr-defined]
     jax.eval_shape = eval_shape
@@ -86,8 +73,7 @@ def uninstall() -> None:
 
     if getattr(jax.eval_shape, "_tern_param_checks", False):
         jax.eval_shape = jax.eval_shape.__wrapped__
-    with _lock:
-        _entries.clear()
+    _answers.clear()
 
 
 def _key(fun: Any, code: Any) -> tuple | None:

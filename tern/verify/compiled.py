@@ -15,37 +15,28 @@ from __future__ import annotations
 import ast
 import collections
 import os
-import threading
 import types
 from pathlib import Path
 from typing import Any, Callable
 
+from tern.sandbox.memo import Memo
+
 MAX_ENTRIES = 256  # source files; a code object is a few times its source's size
 
-_entries: collections.OrderedDict[tuple, types.CodeType] = collections.OrderedDict()
-_lock = threading.Lock()
-stats = {"hits": 0, "misses": 0}
+_codes = Memo(MAX_ENTRIES)
+stats = _codes.stats
 made: collections.Counter[str] = collections.Counter()  # per path, the code objects compiled
 
 
 def compiled(kind: str, path: str, source: bytes, make: Callable[[], types.CodeType], *extra: Any) -> types.CodeType:
     """``make()``'s code object for ``source`` at ``path``, made once per ``kind`` of
     transformation (and ``extra``, what else it reads)."""
-    key = (kind, path, source, *extra)
-    with _lock:
-        found = _entries.get(key)
-        if found is not None:
-            _entries.move_to_end(key)
-            stats["hits"] += 1
-            return found
-    code = make()
-    with _lock:
-        stats["misses"] += 1
+
+    def counted() -> types.CodeType:
         made[path] += 1
-        _entries[key] = code
-        while len(_entries) > MAX_ENTRIES:
-            _entries.popitem(last=False)
-    return code
+        return make()
+
+    return _codes.get((kind, path, source, *extra), counted)
 
 
 def keep_pytest_rewrites() -> bool:
@@ -78,6 +69,5 @@ def keep_pytest_rewrites() -> bool:
 
 def forget() -> None:
     """Drop every kept code object (tests)."""
-    with _lock:
-        _entries.clear()
-        made.clear()
+    _codes.clear()
+    made.clear()

@@ -32,11 +32,11 @@ Keys and seeds are fixed, so a rerun gives the same verdict.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from tern.sandbox.memo import Memo
 from tern.verify.graft import DERIVED, flatten
 
 #: inits per side: a wrong initializer (another variance, bounds or shape) shifts some
@@ -187,8 +187,7 @@ def init_check(name: str, got_runs: np.ndarray, want_runs: np.ndarray, alpha: fl
 #: p-values a worker has computed, by test and the exact values tested: after an edit that
 #: leaves a layer's initializers alone, its runs are drawn again bit for bit (fixed keys),
 #: and the exact KS tests were a third of the initial weights' job
-_P_VALUES: OrderedDict[tuple, float] = OrderedDict()
-_P_VALUES_KEPT = 4096
+_P_VALUES = Memo(4096)
 
 
 def _p(test_name: str, x: np.ndarray, y: np.ndarray, test: Any) -> float:
@@ -198,13 +197,7 @@ def _p(test_name: str, x: np.ndarray, y: np.ndarray, test: Any) -> float:
     if np.ptp(x) == 0 and np.ptp(y) == 0:
         return 1.0 if x[0] == y[0] else 0.0
     key = (test_name, x.dtype.str, len(x), x.tobytes(), y.dtype.str, y.tobytes())
-    if key in _P_VALUES:
-        _P_VALUES.move_to_end(key)
-        return _P_VALUES[key]
-    value = _P_VALUES[key] = float(np.nan_to_num(test().pvalue, nan=1.0))
-    while len(_P_VALUES) > _P_VALUES_KEPT:
-        _P_VALUES.popitem(last=False)
-    return value
+    return _P_VALUES.get(key, lambda: float(np.nan_to_num(test().pvalue, nan=1.0)))
 
 
 def runs_for(shapes: list[tuple[int, ...]]) -> int:
