@@ -5,7 +5,6 @@ constructor argument planted where only a variant reaches)."""
 
 from __future__ import annotations
 
-from tern.verify import variants
 from tern.verify.variants import LIMIT, accepts, argument_variants
 
 
@@ -49,15 +48,14 @@ def test_a_class_is_read_from_its_init_whatever_its_new_takes():
     assert _names(argument_variants(Layer, _packed(4))) == ["units=1", "use_bias=False", "units=5", "units=0"]
 
 
-def test_later_changes_come_in_rank_order(monkeypatch):
+def test_later_changes_come_in_rank_order():
     def loop(x, num_iters=50, scale=0.0, widths=(8,), strides=[2, 2], ones=(1, 1)):
         return x
 
     found = argument_variants(loop, _packed({"__array__": 0}, widths={"__tuple__": [4]}))
     assert _names(found) == ["num_iters=1", "widths=(4, 4)", "strides=[2, 2, 2]", "ones=(1, 1, 1)"]
     assert found[1]["inputs"][1] == {"__dict__": {"widths": {"__tuple__": [4, 4]}}}  # packed as it was
-    monkeypatch.setattr(variants, "LIMIT", 20)
-    found = argument_variants(loop, _packed({"__array__": 0}, widths={"__tuple__": [4]}))
+    found = argument_variants(loop, _packed({"__array__": 0}, widths={"__tuple__": [4]}), limit=20)
     assert _names(found)[4:] == ["num_iters=51", "scale=0.5", "widths=(1,)", "strides=[1, 1]", "num_iters=0"]
     assert found[6]["inputs"][1] == {"__dict__": {"widths": {"__tuple__": [1]}}}
 
