@@ -327,7 +327,7 @@ class Worker:
             except OSError:
                 continue
         for name in sys.modules.keys() - self._kept:  # in C: most of a worker's modules are kept
-            module = sys.modules[name]
+            module = sys.modules.get(name)  # a module's attribute may import or drop others meanwhile
             top = name.partition(".")[0]
             if top in self.startup_packages:
                 self._kept.add(name)
