@@ -170,14 +170,21 @@ def test_a_model_only_training_steps_use_has_its_initial_weights_compared(tmp_pa
     """The step replays start from Keras's weights, ported, so a model trained from scratch
     (what a training step is for) starting from Flax's defaults went through: with its
     first kernel's ``kernel_init`` dropped, the session that replays equal is a mismatch
-    naming that kernel, and the golden translation's sessions compare every kernel and bias."""
+    naming that kernel, and the golden translation's sessions compare every kernel and bias.
+
+    The same planted run (one warm verify, not two) also plants ``g / clipnorm`` for the SGD's
+    ``g * clipnorm / max(|g|, clipnorm)``, which the tests' ``clipnorm=1.0`` hides: the
+    recorder calls each configuration function again with one argument changed
+    (``record_config_variants``), and the case at ``clipnorm=0.5`` is a mismatch while the
+    tests' own configurations match."""
     original = ROOT / "fixtures" / "tf" / "train_schedule_clipping"
     translated = tmp_path / "train_schedule_clipping"
     shutil.copytree(ROOT / "fixtures" / "expected" / "train_schedule_clipping", translated)
     train = translated / "train.py"
     text = train.read_text()
     first = "nn.Dense(hidden_units, kernel_init=nn.initializers.glorot_uniform())"
-    assert text.count(first) == 1
+    clip = "lambda g, _: g * clipnorm / jnp.maximum"
+    assert text.count(first) == 1 and text.count(clip) == 1
     project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text("[project]\nname = 'p'\n")
@@ -186,12 +193,14 @@ def test_a_model_only_training_steps_use_has_its_initial_weights_compared(tmp_pa
         return [s for p in report["packages"] for step in p["training"]["steps"] for s in step["sessions"]]
 
     try:  # the second run through the first's warm workers
-        golden = sessions(_verify(project, translated, original, "auto"))
+        golden_report = _verify(project, translated, original, "auto")
+        golden = sessions(golden_report)
         assert golden and all(s["status"] == "equivalent" for s in golden), golden
         compared = [s for s in golden if s.get("init")]
         assert compared and all(c["ok"] for s in compared for c in s["init"])
         assert {c["name"] for c in compared[0]["init"]} >= {"init of dense/kernel", "init of dense/bias"}
-        train.write_text(text.replace(first, "nn.Dense(hidden_units)"))
+        assert all(c["status"] == "match" for c in _configurations(golden_report))  # the variants too
+        train.write_text(text.replace(first, "nn.Dense(hidden_units)").replace(clip, "lambda g, _: g / clipnorm / jnp.maximum"))
         report = _verify(project, translated, original, "auto")
     finally:
         subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(project)], capture_output=True)
@@ -201,3 +210,15 @@ def test_a_model_only_training_steps_use_has_its_initial_weights_compared(tmp_pa
         assert [c["name"] for c in session["init"] if not c["ok"]] == ["init of dense/kernel"], session["init"]
     problems = [p for package in report["packages"] for row in package["rows"] for p in row["problems"]]
     assert any("initial weights" in p and "init of dense/kernel" in p for p in problems), problems
+    configurations = _configurations(report)
+    tests = [c["status"] for c in configurations if not c.get("note", "").startswith("built with ")]
+    by_variant = {c["note"].split()[2]: c["status"] for c in configurations if c.get("note", "").startswith("built with ")}
+    assert tests and all(s == "match" for s in tests)  # the tests' configurations: the bug is invisible there
+    assert by_variant["clipnorm=0.5"] == "mismatch", by_variant
+    assert by_variant["decay_steps=1"] == "match"  # one change at a time: the others agree
+
+
+def _configurations(report: dict) -> list[dict]:
+    """The cases of ``train_schedule_clipping``'s SGD factory: the tests' and its variants."""
+    return [c for p in report["packages"] for row in p["rows"] for c in row["cases"]
+            if c["target"].endswith(":make_sgd_with_decay")]
