@@ -487,7 +487,12 @@ def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> 
         # a large file at the end keeps the others idle; a job carries paths, not the package
         order = sorted(range(len(work)), key=lambda i: -_size(work[i].source))
         shared = [dataclasses.replace(work[i], package=None) for i in order]  # one package: ``migrate``'s
-        results = pool.map(_translate_shared, shared)
+        # submitted one by one rather than by ``map``: a ``map`` interrupted cancels its pending
+        # futures from this thread while the pool's manager thread may be failing them as broken
+        # (CPython 3.11 then prints an InvalidStateError traceback); ``shutdown`` below cancels
+        # them from the manager thread itself
+        futures = [pool.submit(_translate_shared, job) for job in shared]
+        results = (future.result() for future in futures)
         done: list = [None] * len(work)
         for i, result in zip(order, progress(results, len(work)) if progress else results):
             done[i] = result
