@@ -127,3 +127,63 @@ def test_uninstall_gives_jax_its_lowering_back(cache):
     assert not getattr(pjit._pjit_lower, "_tern_by_content", False)
     assert lowerings.install() and lowerings.install()  # twice: wrapped once
     assert pjit._pjit_lower.__wrapped__ is not None and not getattr(pjit._pjit_lower.__wrapped__, "_tern_by_content", False)
+
+
+_SEEN_IN_ANOTHER_PROCESS = """
+import jax, jax.numpy as jnp
+from tern.sandbox import lowerings
+lowerings.install()
+table = jnp.asarray([1.0, 2.0, 3.0], jnp.float32)
+def step(x):
+    return jax.lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] * 2.0 + table), (0, jax.nn.relu(x) * 2.0 + table))[1]
+with lowerings.computations_seen() as seen:
+    jax.jit(step)(jnp.linspace(-1.0, 1.0, 3))
+print([digest for name, digest, _ in seen if name == "step"][0])
+"""
+
+
+def test_a_computation_seen_is_named_alike_in_every_process_and_by_its_values(cache):
+    """What the search names a translation's computation by (``search_replay._computation``):
+    an equal computation gets the same name in another worker process; another value does not."""
+    import subprocess
+    import sys
+
+    x = jnp.linspace(-1.0, 1.0, 3)
+    with lowerings.computations_seen() as seen:
+        jax.jit(_module([1.0, 2.0, 3.0]))(x)
+        jax.jit(_module([1.0, 2.0, 3.0]))(x)  # found again in the cache: still seen
+        jax.jit(_module([1.0, 2.0, 4.0]))(x)
+    steps = [(digest, custom) for name, digest, custom in seen if name == "step"]
+    assert len(steps) == 3 and all(digest for digest, _ in steps)
+    assert all(custom for _, custom in steps)  # jax.nn.relu is a custom_jvp of its own
+    assert steps[0][0] == steps[1][0] != steps[2][0]
+    other = subprocess.run([sys.executable, "-c", _SEEN_IN_ANOTHER_PROCESS], capture_output=True, text=True,
+                           check=True, timeout=120)
+    assert other.stdout.split()[-1] == steps[0][0]
+    with lowerings.computations_seen() as later:
+        jax.jit(_module([1.0, 2.0, 3.0]))(x)
+    assert [d for name, d, _ in later if name == "step"] == [steps[0][0]]
+    assert not any(d for name, d, _ in seen[3:] if name == "step")  # a block sees only its own
+
+
+def test_a_custom_derivative_rule_is_told_and_a_callback_is_not_named(cache):
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defjvp(lambda primals, tangents: (f(primals[0]), tangents[0]))
+
+    def ruled(x):
+        return jax.lax.cond(x > 0, f, jnp.cos, x)  # the rule nested in a branch
+
+    def calling(x):
+        return jax.pure_callback(lambda a: a, jax.ShapeDtypeStruct((), jnp.float32), x)
+
+    with lowerings.computations_seen() as seen:
+        jax.jit(ruled)(jnp.float32(0.3))
+        jax.jit(calling)(jnp.float32(0.3))
+        jax.jit(jnp.cos)(jnp.float32(0.3))
+    named = {name: (digest, custom) for name, digest, custom in seen}
+    assert named["ruled"][0] and named["ruled"][1] is True
+    assert named["cos"][0] and named["cos"][1] is False
+    assert named["calling"] == (None, False)

@@ -239,17 +239,31 @@ def test_through_the_daemon_an_edit_is_searched_afresh_and_later_rounds_reuse_th
         assert center["status"] == "match" and center["search"]["rounds"] == 2, center
         # the pool's affinity sent the later rounds where round 0 built the translation
         assert center["search"]["reused"] == 2, center["search"]
+        assert "earlier" not in center["search"]
         layers = translated / "layers.py"
+        # an edit that leaves what the module computes: the first round names the
+        # computations, finds them searched, and the earlier results stand
+        layers.write_text(JAX_LAYERS + "# reviewed\n")
+        commented = _verify(tmp_path, translated, original, *daemon)
+        for target in ("centering.layers:Center", "centering.layers:standardize"):
+            (before,) = [c for c in _cases(first, target) if c.get("search")]
+            (after,) = [c for c in _cases(commented, target) if c.get("search")]
+            assert after["status"] == "match" and after["search"].get("earlier") is True, after["search"]
+            assert after["search"]["largest"] == before["search"]["largest"]
+            assert [p for p in after["probes"] if "search" in p["name"]] == [p for p in before["probes"] if "search" in p["name"]]
         layers.write_text(JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0"))
         edited = _verify(tmp_path, translated, original, *daemon)
         (center,) = _cases(edited, "centering.layers:Center")
         assert center["status"] == "mismatch", center
         assert any(not p["ok"] and "search" in p["name"] for p in center["probes"])
         assert center["search"]["reused"] == 2  # the edited translation, built in its own round 0
+        assert "earlier" not in center["search"]  # another computation: searched in full
         layers.write_text(JAX_LAYERS)  # and back: equivalent again, at the saved point too
         back = _verify(tmp_path, translated, original, *daemon)
         (center,) = _cases(back, "centering.layers:Center")
         assert center["status"] == "match", center
+        # the computation searched first, but with a saved point to judge now: searched again
+        assert "earlier" not in center["search"] and center["search"]["judged"] > 0
     finally:
         subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(tmp_path)],
                        capture_output=True, timeout=120)

@@ -19,8 +19,9 @@ memory, which the pool bounds by recycling a worker after its 200th job).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from typing import Any
+from typing import Any, Iterator
 
 from tern.sandbox.memo import Memo
 
@@ -30,6 +31,7 @@ _UNCACHEABLE_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_cal
 
 _computations = Memo(MAX_ENTRIES, refused=0)
 stats = _computations.stats
+_watchers: list[list[tuple[str, str | None, bool]]] = []  # computations_seen's lists, innermost last
 
 
 def install() -> bool:
@@ -45,6 +47,11 @@ def install() -> bool:
     def by_content(jaxpr, *args, lowering_platforms=None, lowering_parameters=None, pgle_profiler=None):
         key = None if pgle_profiler is not None else _key(jaxpr, args, lowering_platforms, lowering_parameters,
                                                           config.trace_context())
+        if _watchers:
+            seen_as = (args[6] if len(args) > 6 and isinstance(args[6], str) else "",
+                       None if key is None else stable_digest(key), _custom_rules(jaxpr))
+            for seen in _watchers:
+                seen.append(seen_as)
         if key is None:
             stats["refused"] += 1
             return lower(jaxpr, *args, lowering_platforms=lowering_platforms, lowering_parameters=lowering_parameters,
@@ -57,6 +64,47 @@ def install() -> bool:
     by_content.__wrapped__ = lower  # type: ignore[attr-defined]
     pjit._pjit_lower = by_content
     return True
+
+
+@contextlib.contextmanager
+def computations_seen() -> Iterator[list[tuple[str, str | None, bool]]]:
+    """The computations JAX lowers inside the block, in order, each as ``(the jitted
+    function's name, a digest of its key that another process computes alike, whether it
+    calls a custom derivative rule)`` (``stable_digest``); the digest is None for one this
+    cache could not tell by content, the name "" where this JAX passes none. A computation
+    lowered before the block, by this function or by an earlier one (an eager operation), is
+    not seen again: JAX finds it in caches of its own, by identity.
+
+    A custom rule prints by its function's name only (``jvp=<lambda>``): the digest names
+    what the computation computes, not the derivatives JAX would take of it."""
+    seen: list[tuple[str, str | None, bool]] = []
+    _watchers.append(seen)
+    try:
+        yield seen
+    finally:
+        _watchers.remove(seen)
+
+
+def stable_digest(key: tuple) -> str | None:
+    """A computation's key (``_key``) as a hex digest that names it in any process; None when
+    part of it prints as an object's address."""
+    text = _stable_repr(key)
+    return None if " at 0x" in text else hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` with JAX's axis environment (printed by address) spelled by its content, and
+    sets in a fixed order."""
+    from jax._src import core  # noqa: PLC2701 - the axis environment's type is core's
+
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_stable_repr(v) for v in value) + ")"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_stable_repr(v) for v in value)) + "}"
+    if isinstance(value, core.AxisEnv):
+        return (f"AxisEnv({_stable_repr(tuple(value.axis_sizes.items()))}, {_stable_repr(value.spmd_axis_names)}, "
+                f"{_stable_repr(value.explicit_mesh_axis_names)})")
+    return repr(value)
 
 
 def uninstall() -> None:
@@ -94,28 +142,46 @@ def _digest_values(closed: Any, digest: Any) -> bool:
     when an equation calls back into Python."""
     from jax._src import core  # noqa: PLC2701 - jaxprs, closed jaxprs and literals are core's types
 
-    _digest_arrays(closed.consts, digest)
+    digest_arrays(closed.consts, digest)
     todo = [closed.jaxpr]
     while todo:
         for eqn in todo.pop().eqns:
             if any(word in eqn.primitive.name for word in _UNCACHEABLE_PRIMITIVES):
                 return False
-            _digest_arrays([v.val for v in eqn.invars if isinstance(v, core.Literal)], digest)
+            digest_arrays([v.val for v in eqn.invars if isinstance(v, core.Literal)], digest)
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
                     if isinstance(item, core.ClosedJaxpr):
-                        _digest_arrays(item.consts, digest)
+                        digest_arrays(item.consts, digest)
                         todo.append(item.jaxpr)
                     elif isinstance(item, core.Jaxpr):
                         todo.append(item)
     return True
 
 
+def _custom_rules(closed: Any) -> bool:
+    """Whether the jaxpr, or one nested in it, calls a custom derivative rule."""
+    from jax._src import core  # noqa: PLC2701 - see _digest_values
+
+    todo = [getattr(closed, "jaxpr", closed)]
+    while todo:
+        for eqn in todo.pop().eqns:
+            if eqn.primitive.name.startswith("custom_"):
+                return True
+            for value in eqn.params.values():
+                for item in value if isinstance(value, tuple) else (value,):
+                    if isinstance(item, core.ClosedJaxpr):
+                        todo.append(item.jaxpr)
+                    elif isinstance(item, core.Jaxpr):
+                        todo.append(item)
+    return False
+
+
 def _avals(avals: Any) -> tuple:
     return tuple((str(a), getattr(a, "weak_type", None)) for a in avals)
 
 
-def _digest_arrays(arrays: Any, digest: Any) -> None:
+def digest_arrays(arrays: Any, digest: Any) -> None:
     import jax
     import numpy as np
 

@@ -14,14 +14,21 @@ files are.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable, Hashable
+
+from tern.sandbox.memo import Memo
+from tern.verify.arrays import read_case
 
 #: objects kept per worker process; the oldest goes first (each holds a case's arrays and
 #: compiled steps: a few MB at most for fixture-sized layers)
 SIZE = 64
 
 _kept: OrderedDict[Hashable, Any] = OrderedDict()
+#: recorded cases read (``recorded_case``): a package's cases, arrays of fixture-sized calls
+_recorded = Memo(256)
 
 
 def kept(key: Hashable | None, make: Callable[[], Any]) -> Any:
@@ -46,3 +53,20 @@ def held(key: Hashable | None) -> bool:
 def forget() -> None:
     """Drop everything kept (tests; a worker about to be reused for something else)."""
     _kept.clear()
+    _recorded.clear()
+
+
+def recorded_case(directory: Path, name: str) -> tuple[dict, dict]:
+    """``read_case`` of a recording, whose directory is named by its content's hash and never
+    written again: its arrays are read once per worker (loading a case's ``.npz`` was a
+    quarter of a first search round). The arrays come back read-only and shared, the meta and
+    the dict fresh: a job may change those, not what the next job reads."""
+    meta_text, arrays = _recorded.get((str(directory), name), lambda: _read_once(directory, name))
+    return json.loads(meta_text), dict(arrays)
+
+
+def _read_once(directory: Path, name: str) -> tuple[str, dict]:
+    meta, arrays = read_case(directory, name)
+    for array in arrays.values():
+        array.flags.writeable = False
+    return json.dumps(meta), arrays

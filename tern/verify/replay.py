@@ -37,6 +37,7 @@ import numpy as np
 
 from tern.status import Status
 from tern.verify.arrays import array_paths, origin_target, read_case, unpack
+from tern.verify.between_jobs import recorded_case
 from tern.verify.distributions import ALPHA, SEED, distribution_check
 from tern.verify.draws import DrawsDoNotLineUp, Injector
 from tern.verify.graft import DERIVED, flatten, graft
@@ -73,7 +74,7 @@ def replay_case(directory: Path, name: str, tolerance: dict | None, memory_mb: i
     """The case's result, with why it cannot be searched beyond its probes ("" when it can:
     ``search.searchable``), told here where the recording is read anyway, so a cached run
     decides what to search without reading the recording again."""
-    meta, arrays = read_case(directory, name)
+    meta, arrays = recorded_case(directory, name)
     if meta.get("variant"):
         return _replay_variant(meta, arrays, name, tolerance, memory_mb, reference, samples)
     return {**_replayed(meta, arrays, name, tolerance, memory_mb, reference, samples),

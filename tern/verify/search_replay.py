@@ -12,7 +12,9 @@ the saved input of the largest difference found.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -20,8 +22,9 @@ from typing import Any, Callable
 import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
+from tern.sandbox.lowerings import computations_seen
 from tern.verify.arrays import array_paths, pack, read_case, replaced, unpack, write_case
-from tern.verify.between_jobs import held, kept
+from tern.verify.between_jobs import held, kept, recorded_case
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
@@ -114,6 +117,11 @@ def _layer_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
         outs = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(outputs)]
         return outs, None if cotangents is None else [np.asarray(g) for g in grads]
 
+    # the step's arguments besides the points: the weights as ported to the translation's
+    # variables, and the other array inputs as its call takes them
+    run.arguments = lambda: values_digest([variables, call.rest])
+    # by its name in JAX's lowering; the step holds its derivatives
+    run.jitted = {getattr(step, "__wrapped__", step).__name__: "with derivatives"}
     return run, [flat[i] for i in meta["float_inputs"]]
 
 
@@ -140,8 +148,15 @@ def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
         return outs, back([c.astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact)
                            else np.zeros(o.shape, jax.dtypes.float0) for o, c in zip(outs, residuals)])
 
+    def forward_needs_eager(wide: list, given: list) -> bool:
+        forward(*wide)
+        return forward.eager
+
     zeros = [np.zeros(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(unpack(meta["outputs"], arrays))]
-    both, forward, differentiable = _compiled_or_eager(with_pullback), _compiled_or_eager(outputs_of), [True]
+    forward, differentiable = _compiled_or_eager(outputs_of), [True]
+    # outputs and pullback compile or fail together; when the outputs alone compile, their
+    # failure is the pullback's (a while_loop has none), and it would fail eagerly too
+    both = _compiled_or_eager(with_pullback, eager_may_help=forward_needs_eager)
 
     def run(floats: list, cotangents: list | None) -> tuple[list, list | None]:
         wide = [jnp.asarray(a, jnp.float64) for a in floats]
@@ -154,13 +169,32 @@ def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
                 differentiable.clear()
         return [np.asarray(leaf) for leaf in forward(*wide)], None
 
+    # the points are its only arguments; a call run eagerly is not one computation
+    run.arguments = lambda: None if forward.eager or (differentiable and both.eager) else ""
+    run.jitted = {with_pullback.__name__: "with derivatives", outputs_of.__name__: "outputs only"}
     return run, [arrays[f"a{at}"] for at in float_at]
 
 
-def _compiled_or_eager(function: Callable) -> Callable:
+def values_digest(tree: Any) -> str | None:
+    """A digest of ``tree``'s structure and of every leaf's dtype, shape and bytes; None when a
+    leaf is not an array."""
+    import jax
+
+    from tern.sandbox.lowerings import digest_arrays
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if not all(hasattr(leaf, "dtype") and hasattr(leaf, "shape") for leaf in leaves):
+        return None
+    digest = hashlib.sha256(str(treedef).encode())
+    digest_arrays(leaves, digest)
+    return digest.hexdigest()
+
+
+def _compiled_or_eager(function: Callable, eager_may_help: Callable[..., bool] = lambda *args: True) -> Callable:
     """``function`` jitted (XLA would otherwise compile an eager call op by op, each op new in
     float64), or called eagerly from its first failure on: a function whose Python reads
-    values (a shape from an array) runs only eagerly, as the replay calls it."""
+    values (a shape from an array) runs only eagerly, as the replay calls it. Unless
+    ``eager_may_help(*args)`` says otherwise: the failure is then raised."""
     import jax
 
     compiled = [jax.jit(function, compiler_options=QUICK_COMPILE)]
@@ -170,16 +204,20 @@ def _compiled_or_eager(function: Callable) -> Callable:
             try:
                 return compiled[0](*args)
             except Exception:  # noqa: BLE001 - eagerly then; an error there is the function's own
+                if not eager_may_help(*args):
+                    raise
                 compiled.clear()
+                call.eager = True
         return function(*args)
 
+    call.eager = False
     return call
 
 
 def _built(directory: str, ident: str) -> tuple[dict, dict, Callable, list]:
     """``(meta, arrays, run, the recorded float inputs)`` of a recorded case: the weights
     ported as for the replay, outside x64."""
-    meta, arrays = read_case(Path(directory), ident)  # it may be kept for the next round
+    meta, arrays = recorded_case(Path(directory), ident)
     run, recorded_floats = (_function_runner if meta.get("kind") == "function" else _layer_runner)(meta, arrays)
     return meta, arrays, run, recorded_floats
 
@@ -194,10 +232,17 @@ def _round(case: dict, out: Path, translation: str) -> dict:
     reused = held(key)
     meta, arrays, run, recorded_floats = kept(key, lambda: _built(case["dir"], case["id"]))
     tolerance = case.get("tolerance")
-    with jax.enable_x64(True):
+    first_round, computation = not case["points"], None
+    with jax.enable_x64(True), computations_seen() as seen:
         checks, evaluated = [], []
         for name, floats, want, compared, packed_outputs, source in _points(case, meta, arrays, recorded_floats):
             got, _ = run(floats, None)
+            if first_round and not evaluated:  # every later point runs what the first one lowered
+                computation = _computation(seen, run)
+                if computation is not None and computation in case.get("known", ()):
+                    # an earlier search of this very computation stands (``search_run.py``)
+                    return {"name": name, "used": 0.0, "points": 1, "judged": 0, "reused": reused, "checks": [],
+                            "computation": computation, "known": True}
             if len(got) != len(want):
                 raise ValueError(f"{len(got)} outputs, keras gave {len(want)}")
             used, residual = scaled_residual(got, want, compared, tolerance)
@@ -218,4 +263,27 @@ def _round(case: dict, out: Path, translation: str) -> dict:
     failed = [c for c in checks if not c["ok"]]
     worst = max((c for c in checks if "used" in c), key=lambda c: c["used"], default=None)
     return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks), "reused": reused,
-            "checks": failed or ([worst] if worst else [])}
+            "checks": failed or ([worst] if worst else []),
+            # a call that ran eagerly after the first point leaves the computation unnamed
+            "computation": computation if computation is not None and run.arguments() is not None else None}
+
+
+def _computation(seen: list[tuple[str, str | None, bool]], run: Callable) -> str | None:
+    """What the translation computed in this round, named by content (``lowerings.py``): the
+    computations JAX lowered, in order, and the arguments they were given besides the points.
+    None when that does not name all of it: nothing was lowered (a step kept from an earlier
+    job), one computation could not be told by content, or a call ran eagerly. With the same
+    recording, the same name gives the same search: every round evaluates these computations
+    only, at points that follow from the recording and from their values."""
+    arguments = run.arguments()
+    # the eager operations around (the points made float64) are left out: JAX lowers each
+    # once per worker, so whether one is seen depends on the worker's past jobs
+    ran = [(digest, run.jitted[name], custom) for name, digest, custom in seen if name in run.jitted]
+    if not ran or arguments is None or any(digest is None for digest, _, _ in ran):
+        return None
+    if any(what == "outputs only" and custom for _, what, custom in ran):
+        # the outputs alone, and a custom rule in them: whether the pullback fails (and
+        # the search has no ascent) is the rule's, which the digest does not name
+        return None
+    ran = [digest for digest, _, _ in ran]
+    return hashlib.sha256(json.dumps([ran, arguments]).encode()).hexdigest()

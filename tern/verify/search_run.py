@@ -67,10 +67,12 @@ async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, toler
     # its closure could not be hashed
     translation = keys.digest(str(jax_root), module, closure) if closure != "missing" else ""
     live, points, best = list(ids), "", ""
+    earlier = _EarlierSearches(verifier, recording_dir, tolerances, saved, rounds)
     for k in range(rounds + 1):
         payload = {"module": module, "translation": translation,
                    "cases": [{"dir": recording_dir, "id": i, "tolerance": tolerances[i], "points": points, "best": best,
-                              "saved": saved[i] if k == 0 else []} for i in live]}
+                              "saved": saved[i] if k == 0 else [], "known": earlier.known(i) if k == 0 else []}
+                             for i in live]}
         jax_dir = partial / f"j{k}"
         answer, failure, _ = await verifier._run("search", None, verifier._job(
             "jax", "tern.verify.tasks:search_round", payload, jax_root, output=str(jax_dir)))
@@ -89,6 +91,8 @@ async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, toler
             row["checks"].extend({**c, "input": f"t{k - 1}/{ident}" if c.get("point") is None else c["point"]}
                                  for c in got["checks"])
         live = [i for i in live if "error" not in answer["cases"].get(i, {"error": ""})]
+        if k == 0:
+            live = [i for i in live if not earlier.reused(i, answer["cases"][i].get("computation"), results)]
         if k == rounds or not live:
             break
         tf_dir = partial / f"t{k}"
@@ -111,7 +115,59 @@ async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, toler
         os.replace(partial, final)
     except OSError:  # another run finished the same search first
         shutil.rmtree(partial, ignore_errors=True)
+    earlier.remember(results, final)
     return {"cases": results}
+
+
+class _EarlierSearches:
+    """Each searched case's result, kept under what determines it: the recording, the case,
+    its tolerance and saved points, the search's settings and versions, and what the
+    translation computes for it (``search_replay._computation``), which the first JAX round
+    names. After an edit that leaves a case's computation as it was (a comment, another
+    function of the module, a rename the computation does not show), the first round stops
+    once it has named it, and no later round runs for that case: they would evaluate the
+    same computation at the same points. A case whose computation cannot be named is
+    searched in full. The last ``KEPT`` computations are kept per case."""
+
+    KEPT = 8
+
+    def __init__(self, verifier: Any, recording_dir: str, tolerances: dict, saved: dict, rounds: int):
+        self._cache = verifier.cache
+        base = (verifier._jax_versions(), keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
+                Path(recording_dir).name, rounds, verifier.config.keras)
+        self._keys = {ident: keys.digest("search-case", *base, ident, tolerances[ident], saved[ident])
+                      for ident in tolerances}
+        self._rows: dict[str, dict[str, dict]] = {}  # per case: computation -> its row, points still there
+        for ident, key in self._keys.items():
+            rows = (self._cache.get(key, "search-case") or {}).get("rows", {})
+            self._rows[ident] = {c: row for c, row in rows.items()
+                                 if all(os.path.exists(check["input"] + ".json") for check in row["checks"])}
+        self._named: dict[str, str] = {}  # per case searched in full: its computation
+
+    def known(self, ident: str) -> list[str]:
+        """The computations an earlier search of ``ident`` answers for."""
+        return sorted(self._rows[ident])
+
+    def reused(self, ident: str, computation: str | None, results: dict) -> bool:
+        """Whether an earlier search of the same computation answers for ``ident`` (its row
+        then in ``results``)."""
+        row = self._rows[ident].get(computation) if computation else None
+        if row is None:
+            if computation:
+                self._named[ident] = computation
+            return False
+        results[ident] = {**row, "earlier": True}
+        return True
+
+    def remember(self, results: dict, final: Path) -> None:
+        """The rows of the cases searched in full, their points named where they now lie."""
+        for ident, computation in self._named.items():
+            row = results[ident]
+            checks = [{**c, "input": c["input"] if os.path.isabs(c["input"]) else str(final / c["input"])}
+                      for c in row["checks"]]
+            rows = {c: r for c, r in self._rows[ident].items() if c != computation}
+            rows[computation] = {**row, "checks": checks}
+            self._cache.put(self._keys[ident], "search-case", {"rows": dict(list(rows.items())[-self.KEPT:])})
 
 
 def _merged(case: dict, found: dict | None, final: Path, state_dir: Path) -> dict:
@@ -123,7 +179,7 @@ def _merged(case: dict, found: dict | None, final: Path, state_dir: Path) -> dic
               for c in found["checks"]]
     judged = [c for c in checks if "used" in c]
     worst = max(judged, key=lambda c: (not c["ok"], c["used"]), default=None)
-    summary = {k: found[k] for k in ("points", "judged", "rounds", "reused", "not_searched") if k in found}
+    summary = {k: found[k] for k in ("points", "judged", "rounds", "reused", "earlier", "not_searched") if k in found}
     if worst is not None:
         summary["largest"] = {k: worst[k] for k in ("name", "ok", "max_abs", "max_rel", "used", "input")}
     merged = {**case, "probes": case.get("probes", []) + checks, "search": summary}
