@@ -141,3 +141,33 @@ def test_a_library_initializer_made_again_counts_as_what_it_closes_over(checks):
     assert checks() == {"hits": 2, "misses": 2}  # the kernel's factory closure and the bias's default
     Written(2.0).apply(variables, x)  # another scale closed over: the kernel is traced again
     assert checks() == {"hits": 3, "misses": 3}
+
+
+def test_a_shape_given_as_a_list_is_answered_and_told_apart_from_a_tuple(checks):
+    """Flax's normalization layers give their scale's and bias's shapes as lists."""
+    x = jnp.linspace(-1.0, 1.0, 12).reshape(3, 4)
+    norm = nn.BatchNorm(use_running_average=True)
+    variables = norm.init(jax.random.key(0), x)
+    plain = norm.apply(variables, x)
+    norm.apply(variables, x)
+    assert checks() == {"hits": 2, "misses": 2}  # scale and bias, traced once each
+    np.testing.assert_array_equal(np.asarray(norm.apply(variables, x)), np.asarray(plain))
+    wrong = {**variables, "params": {**variables["params"], "scale": jnp.ones((5,))}}
+    with pytest.raises(errors.ScopeParamShapeError, match="scale"):
+        norm.apply(wrong, x)
+
+    seen = []
+
+    def recording(key, shape, dtype=jnp.float32):
+        seen.append(type(shape))
+        return jnp.zeros(tuple(shape), dtype)
+
+    class Both(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + self.param("a", recording, [4]) + self.param("b", recording, (4,))
+
+    variables = Both().init(jax.random.key(0), x)
+    Both().apply(variables, x)
+    Both().apply(variables, x)
+    assert seen == [list, tuple, list, tuple]  # init, then one check each: the list's entry is not the tuple's

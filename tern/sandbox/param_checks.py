@@ -12,7 +12,8 @@ translation writes out in ``setup``: a new closure at every apply), which counts
 code, module and what it closes over, all a library closure computes from. An edited
 module's own initializers are new objects, so they are traced again.
 
-Any other call, an initializer or argument that cannot be hashed, and a Flax whose
+A shape given as a list (Flax's normalization layers) counts as its items. Any other call,
+an initializer or argument that cannot be hashed, and a Flax whose
 ``Scope.param`` has no such lambda go to JAX as before.
 """
 
@@ -85,12 +86,22 @@ def _key(fun: Any, code: Any) -> tuple | None:
 
     try:
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in fun.__closure__)))
-        key = (_initializer(cells["init_fn"], _DEPTH), cells["init_args"], tuple(sorted(cells["init_kwargs"].items())),
-               config.trace_context())
+        key = (_initializer(cells["init_fn"], _DEPTH), _frozen(cells["init_args"]),
+               _frozen(tuple(sorted(cells["init_kwargs"].items()))), config.trace_context())
         hash(key)
     except (TypeError, ValueError, KeyError):  # an array among the arguments, an empty cell
         return None
     return key
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` hashable where it holds lists (Flax's normalization layers give their
+    parameters' shapes as lists), a list told apart from a tuple of the same items."""
+    if isinstance(value, list):
+        return ("list", tuple(_frozen(v) for v in value))
+    if isinstance(value, tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def _initializer(fn: Any, depth: int) -> Any:
