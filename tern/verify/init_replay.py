@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import read_case, unpack
+from tern.verify.arrays import unpack
+from tern.verify.between_jobs import recorded_case
 from tern.verify.graft import graft, unflatten
 from tern.verify.inits import RUNS, as_built, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
@@ -49,8 +50,9 @@ def init_compare(payload: dict, scratch: Path) -> dict:
 
 
 def _compared(case: dict) -> dict:
-    meta, arrays = read_case(Path(case["dir"]), case["id"])
-    made, made_arrays = read_case(Path(case["inits"]), case["id"])
+    # both directories are named by their content's hash: read once per worker
+    meta, arrays = recorded_case(Path(case["dir"]), case["id"])
+    made, made_arrays = recorded_case(Path(case["inits"]), case["id"])
     built = as_built(meta)
     if len(built) != len(made["parts"]):
         return {"error": f"{len(built)} models, Keras's side drew {len(made['parts'])}"}
