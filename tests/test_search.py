@@ -124,6 +124,10 @@ def _verify(project: Path, translated: Path, original: Path, *extra: str) -> dic
     return json.loads(out.read_text())
 
 
+def _inits(case: dict) -> list[dict]:
+    return [c for c in case.get("compared", []) if c["name"].startswith("init of")]
+
+
 def _cases(report: dict, target: str) -> list[dict]:
     return [c for package in report["packages"] for row in package["rows"] for c in row.get("cases", [])
             if c["target"] == target]
@@ -251,10 +255,19 @@ def test_through_the_daemon_an_edit_is_searched_afresh_and_later_rounds_reuse_th
             assert after["status"] == "match" and after["search"].get("earlier") is True, after["search"]
             assert after["search"]["largest"] == before["search"]["largest"]
             assert [p for p in after["probes"] if "search" in p["name"]] == [p for p in before["probes"] if "search" in p["name"]]
-        layers.write_text(JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0"))
+        # the initial weights' comparison too (``init_run.py``)
+        (before,) = [c for c in _cases(first, "centering.layers:Project") if _inits(c)]
+        (after,) = [c for c in _cases(commented, "centering.layers:Project") if _inits(c)]
+        assert "init_earlier" not in before and after.get("init_earlier") is True and _inits(after) == _inits(before)
+        # the wrong axis, and another initializer: each a computation of its own, found
+        layers.write_text(JAX_LAYERS.replace("jnp.mean(jnp.square(centred), axis=-1", "jnp.mean(jnp.square(centred), axis=0")
+                          .replace("glorot_uniform()", "lecun_normal()"))
         edited = _verify(tmp_path, translated, original, *daemon)
         (center,) = _cases(edited, "centering.layers:Center")
         assert center["status"] == "mismatch", center
+        (project,) = [c for c in _cases(edited, "centering.layers:Project") if _inits(c)]
+        assert project["status"] == "mismatch" and "init_earlier" not in project
+        assert [c["name"] for c in _inits(project) if not c["ok"]] == ["init of dense/kernel"], _inits(project)
         assert any(not p["ok"] and "search" in p["name"] for p in center["probes"])
         assert center["search"]["reused"] == 2  # the edited translation, built in its own round 0
         assert "earlier" not in center["search"]  # another computation: searched in full
@@ -264,6 +277,8 @@ def test_through_the_daemon_an_edit_is_searched_afresh_and_later_rounds_reuse_th
         assert center["status"] == "match", center
         # the computation searched first, but with a saved point to judge now: searched again
         assert "earlier" not in center["search"] and center["search"]["judged"] > 0
+        (project,) = [c for c in _cases(back, "centering.layers:Project") if _inits(c)]
+        assert project["status"] == "match"  # the first run's text: its job's result, found in the cache
     finally:
         subprocess.run([sys.executable, "-m", "tern", "serve", "--stop", "--project", str(tmp_path)],
                        capture_output=True, timeout=120)

@@ -12,14 +12,18 @@ placed leaf's markers say which Keras weight and element every one of its elemen
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
+import json
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from tern.sandbox.lowerings import computations_seen
 from tern.verify.arrays import unpack
 from tern.verify.between_jobs import recorded_case
 from tern.verify.graft import graft, unflatten
@@ -50,26 +54,49 @@ def init_compare(payload: dict, scratch: Path) -> dict:
 
 
 def _compared(case: dict) -> dict:
+    """The case's checks and notes, or, when what its translation computes is named
+    (``_named``) and ``case["known"]`` holds that name, only the name: an earlier job's
+    result for it stands (``init_run.py``)."""
     # both directories are named by their content's hash: read once per worker
     meta, arrays = recorded_case(Path(case["dir"]), case["id"])
     made, made_arrays = recorded_case(Path(case["inits"]), case["id"])
     built = as_built(meta)
     if len(built) != len(made["parts"]):
         return {"error": f"{len(built)} models, Keras's side drew {len(made['parts'])}"}
+    prepared = [_prepared(model, arrays, part, made_arrays) for model, part in zip(built, made["parts"])]
+    names = [p.name for p in prepared]
+    name = hashlib.sha256(json.dumps(names).encode()).hexdigest() if all(names) else None
+    if name is not None and name in case.get("known", ()):
+        return {"computation": name, "known": True}
     checks, notes = [], []
-    for model, part in zip(built, made["parts"]):
-        found = _part(model, arrays, part, made_arrays)
+    for model, part in zip(built, prepared):
+        found = part.finish()
         if "error" in found:
             return {"error": f"{model['role']}: {found['error']}" if model.get("role") else found["error"]}
         checks.extend(found["checks"])
         notes.extend(found["notes"])
-    return {"checks": checks, "notes": notes}
+    return {"checks": checks, "notes": notes, "computation": name}
 
 
-def _part(meta: dict, arrays: Any, made: dict, made_arrays: Any) -> dict:
+@dataclass
+class _Prepared:
+    """One model's inits, traced but not yet run: ``name`` is what they compute, by content
+    (``lowerings.computations_seen``), or None; ``finish()`` runs them and compares."""
+
+    name: str | None
+    finish: Callable[[], dict]
+
+
+def _prepared(meta: dict, arrays: Any, made: dict, made_arrays: Any) -> _Prepared:
     """One model's initial weights against Keras's runs of it (``made``); a training step's
-    model has zeros for inputs, none singled out as a float input."""
+    model has zeros for inputs, none singled out as a float input.
+
+    Named when its runs are one vmapped computation: its jaxpr as lowered (the module's
+    structure and configuration, the recorded inputs and keys, every initializer) and the
+    variable tree's paths, shapes and dtypes, which decide where Keras's weights are
+    placed (``graft``). With the same Keras runs, the same name gives the same checks."""
     import jax
+    import jax.numpy as jnp
 
     call = layer_call({"float_inputs": [], **meta}, arrays, _model_kwargs if meta.get("trained") else call_kwargs)
     args, kwargs = call.call_inputs(call.floats, call.rest)
@@ -86,19 +113,42 @@ def _part(meta: dict, arrays: Any, made: dict, made_arrays: Any) -> dict:
     keras = unpack(made["runs"], made_arrays)
     runs = len(keras[0]) if keras else RUNS  # as many as Keras's side drew
     inputs = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves([args, kwargs]) if hasattr(leaf, "shape"))
-    stacked = _every_run(params, runs, batched=inputs * runs <= BATCHED_VALUES)
-    units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
-    zeros = {path: np.zeros(leaf.shape) for path, leaf in leaves_of(jax.eval_shape(init, 0)).items()}
-    placed_tree, problems = graft(unflatten(zeros), units)
-    if problems:
-        return {"error": "markers: " + "; ".join(problems)}
-    placed = [(marker, stacked[path]) for path, marker in leaves_of(placed_tree).items() if path in stacked]
-    shapes = [tuple(s) for s in made["shapes"]]
-    translation, problem = keras_layout(shapes, placed)
-    if problem:
-        return {"error": problem}
-    checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
-    return {"checks": checks, "notes": notes}
+    shapes_of = leaves_of(jax.eval_shape(init, 0))
+    name, lowered = None, None
+    if inputs * runs <= BATCHED_VALUES:
+        with computations_seen() as seen:
+            try:
+                lowered = jax.jit(jax.vmap(params), compiler_options=QUICK_COMPILE).trace(jnp.arange(runs)).lower()
+            except Exception:  # noqa: BLE001 - an init vmap cannot batch: run by run (``_every_run``)
+                lowered = None
+        digests = [digest for fn, digest, _ in seen if fn == params.__name__]
+        if lowered is not None and digests and None not in digests:
+            tree = sorted((list(path), list(leaf.shape), str(leaf.dtype)) for path, leaf in shapes_of.items())
+            name = hashlib.sha256(json.dumps([digests, tree, runs]).encode()).hexdigest()
+
+    def finish() -> dict:
+        stacked = None
+        if lowered is not None:
+            try:
+                stacked = {path: np.asarray(leaf) for path, leaf in leaves_of(lowered.compile()(jnp.arange(runs))).items()}
+            except Exception:  # noqa: BLE001 - as when it cannot batch
+                stacked = None
+        if stacked is None:
+            stacked = _every_run(params, runs)
+        units = [{**u, "tree": unpack(u["tree"], made_arrays)} for u in made["units"]]
+        zeros = {path: np.zeros(leaf.shape) for path, leaf in shapes_of.items()}
+        placed_tree, problems = graft(unflatten(zeros), units)
+        if problems:
+            return {"error": "markers: " + "; ".join(problems)}
+        placed = [(marker, stacked[path]) for path, marker in leaves_of(placed_tree).items() if path in stacked]
+        shapes = [tuple(s) for s in made["shapes"]]
+        translation, problem = keras_layout(shapes, placed)
+        if problem:
+            return {"error": problem}
+        checks, notes = compare_inits(made["names"], translation, keras, made.get("trainable"))
+        return {"checks": checks, "notes": notes}
+
+    return _Prepared(name, finish)
 
 
 def _model_kwargs(module: Any, kwargs: dict) -> dict:
@@ -117,20 +167,13 @@ def _model_kwargs(module: Any, kwargs: dict) -> dict:
     return call_kwargs(module, kwargs)
 
 
-def _every_run(init: Any, runs: int, batched: bool) -> dict[tuple[str, ...], np.ndarray]:
-    """Each variable's values over the runs, ``(runs, *shape)``: one compiled call of the
-    ``init`` vmapped over the runs' indices (compiled quickly: it runs once, on a
-    fixture-sized layer), or, where its inputs are large or vmapping fails, one compiled
-    call per run, ``RUNS`` of them at most."""
+def _every_run(init: Any, runs: int) -> dict[tuple[str, ...], np.ndarray]:
+    """Each variable's values over the runs, ``(runs, *shape)``, where the runs are not one
+    vmapped call (``_prepared``: compiled quickly, it runs once on a fixture-sized layer):
+    its inputs are large or vmapping fails. One compiled call per run, ``RUNS`` of them at
+    most."""
     import jax
-    import jax.numpy as jnp
 
-    if batched:
-        try:
-            stacked = jax.jit(jax.vmap(init), compiler_options=QUICK_COMPILE)(jnp.arange(runs))
-            return {path: np.asarray(leaf) for path, leaf in leaves_of(stacked).items()}
-        except Exception:  # noqa: BLE001 - an init vmap cannot batch: run by run
-            pass
     compiled = jax.jit(init, compiler_options=QUICK_COMPILE)
     each = [leaves_of(compiled(run)) for run in range(min(runs, RUNS))]  # the tests take unequal numbers of runs
     return {path: np.stack([np.asarray(r[path]) for r in each]) for path in each[0]}

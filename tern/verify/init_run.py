@@ -15,6 +15,7 @@ from typing import Any
 
 from tern.status import Status
 from tern.verify import keys
+from tern.verify.by_computation import EarlierResults
 from tern.verify.inits import COMPARED_THERE, NOT_A_LAYER
 
 
@@ -65,14 +66,28 @@ async def _compared(verifier: Any, module: str, ids: list[str], recording_dir: s
         return untold or None
     key = keys.digest("inits", verifier._jax_versions(), keys.tern_fingerprint(), module, closure,
                       Path(recording_dir).name, Path(made).name)
+    drawn_ids = [i for i in ids if (Path(made) / f"{i}.json").exists()]
+    # what a case's checks depend on besides what its translation computes (``by_computation.py``)
+    earlier = EarlierResults(verifier.cache, "inits-case", {
+        i: (verifier._jax_versions(), keys.tern_fingerprint(), Path(recording_dir).name, Path(made).name, i)
+        for i in drawn_ids})
     job = verifier._job("jax", "tern.verify.tasks:init_compare",
-                        {"module": module, "cases": [{"dir": recording_dir, "id": i, "inits": made} for i in ids
-                                                     if (Path(made) / f"{i}.json").exists()]}, jax_root)
+                        {"module": module, "cases": [{"dir": recording_dir, "id": i, "inits": made, "known": earlier.known(i)}
+                                                     for i in drawn_ids]}, jax_root)
     verifier.phases.setdefault("inits", 0.0)
     found, failure, hit = await verifier._run("inits", key, job)
     if found is None or found.get("import_error"):
         return untold or None  # the replay's verdict stands; the job's failure is not the translation's
     if not hit:
+        cases = {}
+        for ident, row in found["cases"].items():
+            name = row.get("computation")
+            if row.get("known"):
+                row = {**earlier.get(ident, name), "earlier": True}
+            elif name and "error" not in row:
+                earlier.remember(ident, name, {k: v for k, v in row.items() if k != "computation"})
+            cases[ident] = {k: v for k, v in row.items() if k != "computation"}
+        found = {**found, "cases": cases}
         verifier.cache.put(key, "inits", found)
     return {**untold, **found["cases"]}
 
@@ -83,7 +98,8 @@ def _merged(case: dict, found: dict | None, equal: str = Status.MATCH) -> dict:
         return case
     if "error" in found:
         return {**case, "init_notes": [f"initial weights not compared: {found['error']}"]}
-    merged = {**case, "init": found["checks"], **({"init_notes": found["notes"]} if found["notes"] else {})}
+    merged = {**case, "init": found["checks"], **({"init_notes": found["notes"]} if found["notes"] else {}),
+              **({"init_earlier": True} if found.get("earlier") else {})}  # the computation compared before
     if any(not c["ok"] for c in found["checks"]):
         merged["status"] = Status.MISMATCH
     return merged

@@ -161,6 +161,7 @@ def build_rows(package: str, modules: list[str], replays: dict[str, JobAnswer], 
                                  if probes else {}),
                               **({"search": case["search"]} if case.get("search") else {}),
                               **({"init_notes": case["init_notes"]} if case.get("init_notes") else {}),
+                              **({"init_earlier": True} if case.get("init_earlier") else {}),
                               **({"note": case.get("eager") or case["note"]} if case.get("eager") or case.get("note") else {}),
                               **({"message": case["message"][-2000:]} if case.get("message") else {})})
             for check in checks:

@@ -333,7 +333,7 @@ def both_checks(inited: dict, searched: dict) -> dict:
     cases = []
     for case in searched.get("cases", []):
         other = by_id.get(case["id"], {})
-        merged = {**case, **{k: other[k] for k in ("init", "init_notes") if k in other}}
+        merged = {**case, **{k: other[k] for k in ("init", "init_notes", "init_earlier") if k in other}}
         if other.get("status") == Status.MISMATCH:
             merged["status"] = Status.MISMATCH
         cases.append(merged)

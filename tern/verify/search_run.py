@@ -17,6 +17,7 @@ from typing import Any
 
 from tern.status import Status
 from tern.verify import keys
+from tern.verify.by_computation import EarlierResults
 
 
 def searched_ids(cases: list[dict]) -> list[str]:
@@ -120,38 +121,26 @@ async def _rounds(verifier: Any, module: str, ids: list[str], saved: dict, toler
 
 
 class _EarlierSearches:
-    """Each searched case's result, kept under what determines it: the recording, the case,
-    its tolerance and saved points, the search's settings and versions, and what the
-    translation computes for it (``search_replay._computation``), which the first JAX round
-    names. After an edit that leaves a case's computation as it was (a comment, another
-    function of the module, a rename the computation does not show), the first round stops
-    once it has named it, and no later round runs for that case: they would evaluate the
-    same computation at the same points. A case whose computation cannot be named is
-    searched in full. The last ``KEPT`` computations are kept per case."""
-
-    KEPT = 8
+    """Each searched case's result, kept under what determines it (``by_computation.py``):
+    the recording, the case, its tolerance and saved points, the search's settings and
+    versions, and what the translation computes for it (``search_replay._computation``),
+    which the first JAX round names. After an edit that leaves a case's computation as it
+    was, the first round stops once it has named it, and no later round runs for that
+    case: they would evaluate the same computation at the same points."""
 
     def __init__(self, verifier: Any, recording_dir: str, tolerances: dict, saved: dict, rounds: int):
-        self._cache = verifier.cache
         base = (verifier._jax_versions(), keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
                 Path(recording_dir).name, rounds, verifier.config.keras)
-        self._keys = {ident: keys.digest("search-case", *base, ident, tolerances[ident], saved[ident])
-                      for ident in tolerances}
-        self._rows: dict[str, dict[str, dict]] = {}  # per case: computation -> its row, points still there
-        for ident, key in self._keys.items():
-            rows = (self._cache.get(key, "search-case") or {}).get("rows", {})
-            self._rows[ident] = {c: row for c, row in rows.items()
-                                 if all(os.path.exists(check["input"] + ".json") for check in row["checks"])}
+        self._earlier = EarlierResults(
+            verifier.cache, "search-case", {i: (*base, i, tolerances[i], saved[i]) for i in tolerances},
+            valid=lambda row: all(os.path.exists(check["input"] + ".json") for check in row["checks"]))
         self._named: dict[str, str] = {}  # per case searched in full: its computation
-
-    def known(self, ident: str) -> list[str]:
-        """The computations an earlier search of ``ident`` answers for."""
-        return sorted(self._rows[ident])
+        self.known = self._earlier.known
 
     def reused(self, ident: str, computation: str | None, results: dict) -> bool:
         """Whether an earlier search of the same computation answers for ``ident`` (its row
         then in ``results``)."""
-        row = self._rows[ident].get(computation) if computation else None
+        row = self._earlier.get(ident, computation)
         if row is None:
             if computation:
                 self._named[ident] = computation
@@ -165,9 +154,7 @@ class _EarlierSearches:
             row = results[ident]
             checks = [{**c, "input": c["input"] if os.path.isabs(c["input"]) else str(final / c["input"])}
                       for c in row["checks"]]
-            rows = {c: r for c, r in self._rows[ident].items() if c != computation}
-            rows[computation] = {**row, "checks": checks}
-            self._cache.put(self._keys[ident], "search-case", {"rows": dict(list(rows.items())[-self.KEPT:])})
+            self._earlier.remember(ident, computation, {**row, "checks": checks})
 
 
 def _merged(case: dict, found: dict | None, final: Path, state_dir: Path) -> dict:
