@@ -27,8 +27,10 @@ from tern.verify.arrays import read_case
 SIZE = 64
 
 _kept: OrderedDict[Hashable, Any] = OrderedDict()
-#: recorded cases read (``recorded_case``): a package's cases, arrays of fixture-sized calls
-_recorded = Memo(256)
+#: recorded cases read (``recorded_case``): a package's cases, each kept if its arrays'
+#: file is at most ``RECORDED_BYTES`` (a worker keeps 256 MB of them at most)
+_recorded = Memo(128)
+RECORDED_BYTES = 2 << 20
 
 
 def kept(key: Hashable | None, make: Callable[[], Any]) -> Any:
@@ -59,8 +61,15 @@ def forget() -> None:
 def recorded_case(directory: Path, name: str) -> tuple[dict, dict]:
     """``read_case`` of a recording, whose directory is named by its content's hash and never
     written again: its arrays are read once per worker (loading a case's ``.npz`` was a
-    quarter of a first search round). The arrays come back read-only and shared, the meta and
-    the dict fresh: a job may change those, not what the next job reads."""
+    quarter of a first search round), unless they are large. The arrays come back read-only
+    and shared, the meta and the dict fresh: a job may change those, not what the next job
+    reads."""
+    try:
+        small = (directory / f"{name}.npz").stat().st_size <= RECORDED_BYTES
+    except OSError:
+        small = False  # read_case says what is missing
+    if not small:
+        return read_case(directory, name)
     meta_text, arrays = _recorded.get((str(directory), name), lambda: _read_once(directory, name))
     return json.loads(meta_text), dict(arrays)
 

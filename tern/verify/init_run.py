@@ -83,7 +83,8 @@ async def _compared(verifier: Any, module: str, ids: list[str], recording_dir: s
         for ident, row in found["cases"].items():
             name = row.get("computation")
             if row.get("known"):
-                row = {**earlier.get(ident, name), "earlier": True}
+                kept = earlier.get(ident, name)
+                row = {**kept, "earlier": True} if kept is not None else {"error": "the earlier comparison it matched is gone"}
             elif name and "error" not in row:
                 earlier.remember(ident, name, {k: v for k, v in row.items() if k != "computation"})
             cases[ident] = {k: v for k, v in row.items() if k != "computation"}
