@@ -109,7 +109,7 @@ async def tern_runs(names: list[str], project: Path, repeat: int) -> dict:
         for name in names:
             _edit(copies / name, "warm")
             warm_cache = Cache(state)
-            warm_cache.skip_kinds = {"replay", "tests", "search", "search-case", "inits"}
+            warm_cache.skip_kinds = {"replay", "tests", "search", "search-case", "inits", "inits-case"}
             started = time.perf_counter()
             warm = await PackageVerifier(FIXTURES / name, copies / name, runner=runner, cache=warm_cache, config=VerifyConfig()).verify()
             warm_s = time.perf_counter() - started

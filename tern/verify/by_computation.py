@@ -10,11 +10,18 @@ result. A job that could not name its computation runs in full, as before.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Callable
 
 from tern.verify import keys
 
 KEPT = 8
+
+
+def name_of(*parts: Any) -> str:
+    """A computation's name from the JSON-able parts that tell it (digests, shapes)."""
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 class EarlierResults:

@@ -12,10 +12,8 @@ placed leaf's markers say which Keras weight and element every one of its elemen
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
-import json
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import numpy as np
 from tern.sandbox.lowerings import computations_seen
 from tern.verify.arrays import unpack
 from tern.verify.between_jobs import recorded_case
+from tern.verify.by_computation import name_of
 from tern.verify.graft import graft, unflatten
 from tern.verify.inits import RUNS, as_built, compare_inits, keras_layout, leaves_of
 from tern.verify.layer_call import layer_call
@@ -65,7 +64,7 @@ def _compared(case: dict) -> dict:
         return {"error": f"{len(built)} models, Keras's side drew {len(made['parts'])}"}
     prepared = [_prepared(model, arrays, part, made_arrays) for model, part in zip(built, made["parts"])]
     names = [p.name for p in prepared]
-    name = hashlib.sha256(json.dumps(names).encode()).hexdigest() if all(names) else None
+    name = name_of(names) if all(names) else None
     if name is not None and name in case.get("known", ()):
         return {"computation": name, "known": True}
     checks, notes = [], []
@@ -124,7 +123,7 @@ def _prepared(meta: dict, arrays: Any, made: dict, made_arrays: Any) -> _Prepare
         digests = [digest for fn, digest, _ in seen if fn == params.__name__]
         if lowered is not None and digests and None not in digests:
             tree = sorted((list(path), list(leaf.shape), str(leaf.dtype)) for path, leaf in shapes_of.items())
-            name = hashlib.sha256(json.dumps([digests, tree, runs]).encode()).hexdigest()
+            name = name_of(digests, tree, runs)
 
     def finish() -> dict:
         stacked = None

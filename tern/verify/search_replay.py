@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from tern.sandbox.jobs import OUTPUT
 from tern.sandbox.lowerings import computations_seen
 from tern.verify.arrays import array_paths, pack, read_case, replaced, unpack, write_case
 from tern.verify.between_jobs import held, kept, recorded_case
+from tern.verify.by_computation import name_of
 from tern.verify.layer_call import layer_call, ported_variables
 from tern.verify.probes import judged_leaves
 from tern.verify.replay import call_kwargs, without_jax_notice
@@ -120,6 +120,7 @@ def _layer_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
     # the step's arguments besides the points: the weights as ported to the translation's
     # variables, and the other array inputs as its call takes them
     run.arguments = lambda: values_digest([variables, call.rest])
+    run.eager = lambda: False  # one jitted step, or an error
     # by its name in JAX's lowering; the step holds its derivatives
     run.jitted = {getattr(step, "__wrapped__", step).__name__: "with derivatives"}
     return run, [flat[i] for i in meta["float_inputs"]]
@@ -169,8 +170,9 @@ def _function_runner(meta: dict, arrays: Any) -> tuple[Callable, list]:
                 differentiable.clear()
         return [np.asarray(leaf) for leaf in forward(*wide)], None
 
-    # the points are its only arguments; a call run eagerly is not one computation
-    run.arguments = lambda: None if forward.eager or (differentiable and both.eager) else ""
+    run.arguments = lambda: ""  # the points are its only arguments
+    # a call run eagerly is not one computation
+    run.eager = lambda: forward.eager or bool(differentiable and both.eager)
     run.jitted = {with_pullback.__name__: "with derivatives", outputs_of.__name__: "outputs only"}
     return run, [arrays[f"a{at}"] for at in float_at]
 
@@ -265,7 +267,7 @@ def _round(case: dict, out: Path, translation: str) -> dict:
     return {"name": name, "used": used, "points": len(evaluated), "judged": len(checks), "reused": reused,
             "checks": failed or ([worst] if worst else []),
             # a call that ran eagerly after the first point leaves the computation unnamed
-            "computation": computation if computation is not None and run.arguments() is not None else None}
+            "computation": computation if computation is not None and not run.eager() else None}
 
 
 def _computation(seen: list[tuple[str, str | None, bool]], run: Callable) -> str | None:
@@ -275,6 +277,8 @@ def _computation(seen: list[tuple[str, str | None, bool]], run: Callable) -> str
     job), one computation could not be told by content, or a call ran eagerly. With the same
     recording, the same name gives the same search: every round evaluates these computations
     only, at points that follow from the recording and from their values."""
+    if run.eager():
+        return None
     arguments = run.arguments()
     # the eager operations around (the points made float64) are left out: JAX lowers each
     # once per worker, so whether one is seen depends on the worker's past jobs
@@ -286,4 +290,4 @@ def _computation(seen: list[tuple[str, str | None, bool]], run: Callable) -> str
         # the search has no ascent) is the rule's, which the digest does not name
         return None
     ran = [digest for digest, _, _ in ran]
-    return hashlib.sha256(json.dumps([ran, arguments]).encode()).hexdigest()
+    return name_of(ran, arguments)
