@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tern.verify.arrays import Unpackable, array_paths, pack, unpack
+from tern.verify.arrays import Unpackable, array_paths, build, pack, unpack
 
 
 def test_nested_values_round_trip_with_their_container_kinds():
@@ -43,3 +43,48 @@ def test_paths_come_in_the_order_jax_and_tf_nest_flatten_a_dict_filled_top_down(
 def test_other_keys_are_refused_with_a_reason(value):
     with pytest.raises(Unpackable, match="keys other than str and int"):
         pack(value, [])
+
+
+class _Made:
+    """A layer as the recorder tags it: how the package built it."""
+
+    def __init__(self, origin: dict):
+        self.__dict__["_tern_origin"] = origin
+
+
+def _origin_of(value):
+    origin = getattr(value, "__dict__", {}).get("_tern_origin")
+    return origin if origin is not None and "unpackable" not in origin else None
+
+
+def test_a_layer_the_package_built_is_kept_as_how_to_build_it_and_built_again_first():
+    """``VAE(make_encoder(latent_dim=2), make_decoder(2))``: the outer constructor's arguments
+    are the inner calls, made again (through ``target``) before the outer one."""
+    encoder = _Made({"kind": "factory", "module": "pkg", "name": "make_encoder", "args": [],
+                     "kwargs": pack({"latent_dim": 2}, [])})
+    decoder = _Made({"kind": "factory", "module": "pkg", "name": "make_decoder", "args": pack([2], []),
+                     "kwargs": pack({}, [])})
+    args = pack([encoder], [], origin_of=_origin_of)
+    kwargs = pack({"decoder": decoder, "beta": 0.5}, [], origin_of=_origin_of)
+    assert args == [{"__built__": encoder.__dict__["_tern_origin"]}]
+    assert unpack(args, []) == args  # left packed unless the caller builds: a report shows it as it is
+    made = []
+
+    def target(origin):
+        def make(*a, **k):
+            made.append((origin["name"], a, k))
+            return origin["name"]
+        return make
+
+    outer = {"kind": "class", "module": "pkg", "name": "VAE", "args": args, "kwargs": kwargs}
+    assert build(outer, [], target) == "VAE"
+    assert made == [("make_encoder", (), {"latent_dim": 2}), ("make_decoder", (2,), {}),
+                    ("VAE", ("make_encoder",), {"decoder": "make_decoder", "beta": 0.5})]
+
+
+def test_a_layer_built_from_arguments_the_recorder_could_not_keep_is_refused():
+    inner = _Made({"kind": "class", "module": "pkg", "name": "Block", "unpackable": "constructor arguments: a lambda"})
+    with pytest.raises(Unpackable, match="cannot record a _Made"):
+        pack([inner], [], origin_of=_origin_of)
+    with pytest.raises(Unpackable):
+        pack([object()], [], origin_of=_origin_of)

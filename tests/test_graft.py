@@ -170,3 +170,22 @@ def test_keras_units_of_a_functional_model_come_in_creation_order():
     dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
     assert dense == [early, late]  # topological
     assert [layer for layer in creation_order(model.layers) if isinstance(layer, keras.layers.Dense)] == [late, early]
+
+
+def test_a_value_whose_weights_cannot_be_listed_is_no_layer():
+    """TF's tracked containers have a ``weights`` property that walks their items, sorted: on a
+    dict keyed by layers (a model built from other models holds one) it raises ``TypeError``."""
+    from tern.verify.port import _is_layer  # noqa: PLC2701 - the walk's own test of what it descends into
+
+    class KeyedByLayers:
+        @property
+        def weights(self):
+            raise TypeError("'<' not supported between instances of 'Functional' and 'VAE'")
+
+    class LayerLike(KeyedByLayers):
+        built = True
+
+        def call(self):
+            return None
+
+    assert not _is_layer(KeyedByLayers()) and not _is_layer(LayerLike())

@@ -513,6 +513,10 @@ PLANTED = [
      "def build_tiny_mobilenet(input_shape=(32, 32, 4)", "def build_tiny_mobilenet(input_shape=(16 * 2, 32, 3)"),
     # a constructor default every test passes explicitly: compared with the Keras class's
     ("transformer_encoder", "layers.py", "embed_dim: int = 32", "embed_dim: int = 33", "embed_dim: int = 2 * 16"),
+    # a model built from the models two package functions make (VAE(make_encoder(2), make_decoder(2))),
+    # whose call the tests check by shape: it is built again from those calls, its weights ported
+    ("train_vae_train_step", "model.py", "return self.decoder(z_mean)", "return self.decoder(z_mean) * 1.0001",
+     "return self.decoder(1.0 * z_mean)"),
 ]
 
 
@@ -555,6 +559,7 @@ def test_planted_bugs_the_tests_miss_are_mismatches_and_harmless_rewrites_are_no
     assert any("default of input_shape (factory)" in p for p in found["depthwise_separable.model"]["problems"])
     assert any("l2_normalize_safe" in p and "@ inputs x 1e-7" in p for p in found["library_layers.layers"]["problems"])
     assert any("PolicyHead" in p and "(distribution): distributions differ" in p for p in found["sampling_heads.heads"]["problems"])
+    assert any(":VAE case " in p for p in found["train_vae_train_step.model"]["problems"])
     report_path = project / "harmless.json"
     proc = tern(project, "verify", str(_plant(project, "harmless", 2)), "--original", str(FIXTURES), "--json", str(report_path))
     found = rows(json.loads(report_path.read_text()))

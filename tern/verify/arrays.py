@@ -4,7 +4,10 @@
 ``{"__array__": i}`` placeholders and a list of arrays; ``unpack`` reverses it. Tuples
 are kept apart from lists (``{"__tuple__": [...]}``) because constructor arguments
 such as ``hidden_sizes=(32, 16)`` become Flax dataclass fields, where the difference
-can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__": [[k, v]]}``. Anything else is refused with a clear reason.
+can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__": [[k, v]]}``. A layer the package built, given to another's constructor
+(``VAE(make_encoder(2), make_decoder(2))``), is kept as how to build it again
+(``{"__built__": origin}``), when the caller asks for it. Anything else is refused with a
+clear reason.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ class Unpackable(TypeError):
     """A value that has no JSON/array form (a layer passed as an argument, a callable)."""
 
 
-def pack(value: Any, arrays: list[np.ndarray], to_array: Callable[[Any], np.ndarray | None] = lambda v: None) -> Any:
+def pack(value: Any, arrays: list[np.ndarray], to_array: Callable[[Any], np.ndarray | None] = lambda v: None,
+         origin_of: Callable[[Any], dict | None] = lambda v: None) -> Any:
+    """``origin_of``: how a value that is a layer was built (the recorder's tag), or None."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.generic):
@@ -31,35 +36,42 @@ def pack(value: Any, arrays: list[np.ndarray], to_array: Callable[[Any], np.ndar
         arrays.append(value)
         return {"__array__": len(arrays) - 1}
     if isinstance(value, tuple):
-        return {"__tuple__": [pack(v, arrays, to_array) for v in value]}
+        return {"__tuple__": [pack(v, arrays, to_array, origin_of) for v in value]}
     if isinstance(value, list):
-        return [pack(v, arrays, to_array) for v in value]
+        return [pack(v, arrays, to_array, origin_of) for v in value]
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
-            return {"__dict__": {k: pack(v, arrays, to_array) for k, v in value.items()}}
+            return {"__dict__": {k: pack(v, arrays, to_array, origin_of) for k, v in value.items()}}
         if all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in value):
             # feature pyramids key levels by int ({3: p3, 4: p4}): JSON objects cannot
-            return {"__items__": [[k, pack(v, arrays, to_array)] for k, v in value.items()]}
+            return {"__items__": [[k, pack(v, arrays, to_array, origin_of)] for k, v in value.items()]}
         raise Unpackable(f"dict with keys other than str and int: {list(value)[:3]}")
     array = to_array(value)
     if array is not None:
         arrays.append(np.asarray(array))
         return {"__array__": len(arrays) - 1}
+    origin = origin_of(value)
+    if origin is not None:
+        return {"__built__": origin}
     raise Unpackable(f"cannot record a {type(value).__name__}")
 
 
-def unpack(data: Any, arrays: Any, as_array: Callable[[np.ndarray], Any] = lambda a: a) -> Any:
+def unpack(data: Any, arrays: Any, as_array: Callable[[np.ndarray], Any] = lambda a: a,
+           built: Callable[[dict], Any] = lambda data: data) -> Any:
+    """``built``: what a packed layer (``{"__built__": origin}``) becomes; left packed by default."""
     if isinstance(data, list):
-        return [unpack(v, arrays, as_array) for v in data]
+        return [unpack(v, arrays, as_array, built) for v in data]
     if isinstance(data, dict):
         if "__array__" in data:
             return as_array(arrays[f"a{data['__array__']}"] if not isinstance(arrays, list) else arrays[data["__array__"]])
+        if "__built__" in data:
+            return built(data)
         if "__tuple__" in data:
-            return tuple(unpack(v, arrays, as_array) for v in data["__tuple__"])
+            return tuple(unpack(v, arrays, as_array, built) for v in data["__tuple__"])
         if "__dict__" in data:
-            return {k: unpack(v, arrays, as_array) for k, v in data["__dict__"].items()}
+            return {k: unpack(v, arrays, as_array, built) for k, v in data["__dict__"].items()}
         if "__items__" in data:
-            return {k: unpack(v, arrays, as_array) for k, v in data["__items__"]}
+            return {k: unpack(v, arrays, as_array, built) for k, v in data["__items__"]}
     return data
 
 
@@ -144,7 +156,12 @@ def origin_target(origin: dict) -> Any:
     return target
 
 
-def build(origin: dict, arrays: Any) -> Any:
+def build(origin: dict, arrays: Any, target: Callable[[dict], Any] = origin_target) -> Any:
     """The layer or model made again the way the test made it: the same class or factory, the
-    same recorded arguments."""
-    return origin_target(origin)(*unpack(origin.get("args", []), arrays), **unpack(origin.get("kwargs", {}), arrays))
+    same recorded arguments, a layer among them (``{"__built__": origin}``) made again first.
+    ``target``: the class or function an origin names."""
+    def again(data: dict) -> Any:
+        return build(data["__built__"], [], target)
+
+    return target(origin)(*unpack(origin.get("args", []), arrays, built=again),
+                          **unpack(origin.get("kwargs", {}), arrays, built=again))

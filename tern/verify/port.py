@@ -89,7 +89,13 @@ def creation_order(layers: list) -> list:
 
 
 def _is_layer(value: Any) -> bool:
-    return hasattr(value, "weights") and hasattr(value, "call") and hasattr(value, "built")
+    """``weights`` asked last: on TF's tracked containers it is a property that walks their
+    items, and one keyed by layers (Keras keeps such a dict on a model built from other
+    models) raises while sorting them."""
+    try:
+        return hasattr(value, "call") and hasattr(value, "built") and hasattr(value, "weights")
+    except Exception:  # noqa: BLE001 - a value whose weights cannot be listed holds none for us
+        return False
 
 
 def _is_variable(value: Any) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
-from tern.verify.arrays import Unpackable, origin_target, pack, shift, unpack, write_case
+from tern.verify.arrays import Unpackable, build, origin_target, pack, shift, unpack, write_case
 from tern.verify.distributions import affordable_runs
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
@@ -147,8 +147,8 @@ class Recorder:
             if cls is owner:
                 origin = {"kind": "class", "module": cls.__module__, "name": cls.__qualname__}
                 try:
-                    origin["args"] = pack(list(args), [], _never)
-                    origin["kwargs"] = pack(dict(kwargs), [], _never)
+                    origin["args"] = pack(list(args), [], _never, _built_by_package)
+                    origin["kwargs"] = pack(dict(kwargs), [], _never, _built_by_package)
                 except Unpackable as exc:
                     origin["unpackable"] = f"constructor arguments: {exc}"
                 instance.__dict__["_tern_origin"] = origin  # bypass Keras attribute tracking
@@ -185,8 +185,8 @@ class Recorder:
             if hasattr(result, "weights") and hasattr(result, "call") and "_tern_origin" not in result.__dict__:
                 origin = {"kind": "factory", "module": module, "name": name}
                 try:
-                    origin["args"] = pack(list(args), [], _never)
-                    origin["kwargs"] = pack(dict(kwargs), [], _never)
+                    origin["args"] = pack(list(args), [], _never, _built_by_package)
+                    origin["kwargs"] = pack(dict(kwargs), [], _never, _built_by_package)
                 except Unpackable as exc:
                     origin["unpackable"] = f"factory arguments: {exc}"
                 result.__dict__["_tern_origin"] = origin
@@ -354,7 +354,8 @@ class Recorder:
             except Unpackable:
                 continue  # a model or an array among the arguments: its configurations are the tests'
             for change in argument_variants(fn, packed, limit=CONFIG_VARIANTS):
-                built_args, built_kwargs = unpack(change["inputs"], [])
+                # a layer among the arguments is built again as the test built it (and tagged)
+                built_args, built_kwargs = unpack(change["inputs"], [], built=lambda data: build(data["__built__"], []))
                 before = compiled_state(built_args, built_kwargs)
                 self.function_depth += 1  # the function's own calls are not the tests'
                 self.replaying = True
@@ -389,7 +390,8 @@ class Recorder:
             for change in argument_variants(getattr(maker, "__wrapped__", maker), [origin["args"], origin["kwargs"]]):
                 if made == VARIANTS:
                     break
-                built_args, built_kwargs = unpack(change["inputs"], [])
+                # a layer among the arguments is built again as the test built it (and tagged)
+                built_args, built_kwargs = unpack(change["inputs"], [], built=lambda data: build(data["__built__"], []))
                 self.function_depth += 1  # a factory's own calls are not the tests'
                 self.replaying = True
                 try:
@@ -633,6 +635,14 @@ def _same_outputs(a: Any, b: Any) -> bool:
 
 def _never(value: Any) -> None:
     return None
+
+
+def _built_by_package(value: Any) -> dict | None:
+    """How a layer given to a constructor or factory was built, when the package built it
+    from arguments the recorder could keep (``VAE(make_encoder(2), make_decoder(2))``): the
+    replay builds the translated one the same way. Its weights come with the outer layer's."""
+    origin = getattr(value, "__dict__", {}).get("_tern_origin")
+    return origin if isinstance(origin, dict) and "unpackable" not in origin else None
 
 
 def _model_bases(layer_bases: list[type]) -> list[type]:

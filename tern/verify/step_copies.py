@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tern.verify.arrays import pack, shift, unpack
+from tern.verify.arrays import build, origin_target, pack, shift
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.passes import ReplayedPasses
 from tern.verify.port import keras_units
@@ -127,12 +127,11 @@ def random_layer(model: Any) -> str:
 
 
 def _rebuild(role: Any) -> Any:
-    origin = role.origin
-    target = importlib.import_module(origin["module"])
-    for part in origin["name"].split("."):
-        target = getattr(target, part)
-    target = getattr(target, "__wrapped__", target)  # the forward recorder's factory wrapper
-    copy = target(*unpack(origin.get("args", []), []), **unpack(origin.get("kwargs", {}), []))
+    def unwrapped(origin: dict) -> Any:
+        target = origin_target(origin)
+        return getattr(target, "__wrapped__", target)  # the forward recorder's factory wrapper
+
+    copy = build(role.origin, [], unwrapped)
     if len(copy.weights) != len(role.weights) and role.build_config:
         copy.build_from_config(role.build_config)
     return copy
