@@ -175,7 +175,7 @@ def test_keras_units_of_a_functional_model_come_in_creation_order():
 def test_a_value_whose_weights_cannot_be_listed_is_no_layer():
     """TF's tracked containers have a ``weights`` property that walks their items, sorted: on a
     dict keyed by layers (a model built from other models holds one) it raises ``TypeError``."""
-    from tern.verify.port import _is_layer  # noqa: PLC2701 - the walk's own test of what it descends into
+    from tern.verify.port import is_layer
 
     class KeyedByLayers:
         @property
@@ -188,4 +188,4 @@ def test_a_value_whose_weights_cannot_be_listed_is_no_layer():
         def call(self):
             return None
 
-    assert not _is_layer(KeyedByLayers()) and not _is_layer(LayerLike())
+    assert not is_layer(KeyedByLayers()) and not is_layer(LayerLike())

@@ -88,7 +88,7 @@ def creation_order(layers: list) -> list:
     return out
 
 
-def _is_layer(value: Any) -> bool:
+def is_layer(value: Any) -> bool:
     """``weights`` asked last: on TF's tracked containers it is a property that walks their
     items, and one keyed by layers (Keras keeps such a dict on a model built from other
     models) raises while sorting them."""
@@ -171,15 +171,15 @@ class _Walk:
                 collection = "params" if value.trainable or created_trainable else "batch_stats"
                 own.setdefault(collection, {})[attr] = np.asarray(self.value_of(value))
                 self.reached.add(id(value))
-            elif _is_layer(value):
+            elif is_layer(value):
                 self.layer(value, child, child)
             elif isinstance(value, (list, tuple)):
                 for i, item in enumerate(value):
-                    if _is_layer(item):
+                    if is_layer(item):
                         self.layer(item, f"{child}_{i}", f"{child}_{i}")
             elif isinstance(value, dict):
                 for key, item in value.items():
-                    if _is_layer(item):
+                    if is_layer(item):
                         self.layer(item, f"{child}_{key}", f"{child}_{key}")
         if own:
             self.units.append({"scope": path, "path": path, "layer": name, "tree": own, "own": True})
