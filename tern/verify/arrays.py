@@ -4,10 +4,10 @@
 ``{"__array__": i}`` placeholders and a list of arrays; ``unpack`` reverses it. Tuples
 are kept apart from lists (``{"__tuple__": [...]}``) because constructor arguments
 such as ``hidden_sizes=(32, 16)`` become Flax dataclass fields, where the difference
-can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__": [[k, v]]}``. A layer the package built, given to another's constructor
-(``VAE(make_encoder(2), make_decoder(2))``), is kept as how to build it again
-(``{"__built__": origin}``), when the caller asks for it. Anything else is refused with a
-clear reason.
+can matter; a dict with int keys (``{3: p3, 4: p4}``) is kept as ``{"__items__": [[k, v]]}``.
+A layer the package built, given to another's constructor (``VAE(make_encoder(2),
+make_decoder(2))``), is kept as how to build it again (``{"__built__": origin}``) when the
+caller asks for it. Anything else is refused with a clear reason.
 """
 
 from __future__ import annotations
