@@ -158,10 +158,12 @@ def origin_target(origin: dict) -> Any:
 
 def build(origin: dict, arrays: Any, target: Callable[[dict], Any] = origin_target) -> Any:
     """The layer or model made again the way the test made it: the same class or factory, the
-    same recorded arguments, a layer among them (``{"__built__": origin}``) made again first.
-    ``target``: the class or function an origin names."""
-    def again(data: dict) -> Any:
-        return build(data["__built__"], [], target)
+    same recorded arguments, a layer among them made again first. ``target``: the class or
+    function an origin names."""
+    return target(origin)(*unpack_built(origin.get("args", []), arrays, target),
+                          **unpack_built(origin.get("kwargs", {}), arrays, target))
 
-    return target(origin)(*unpack(origin.get("args", []), arrays, built=again),
-                          **unpack(origin.get("kwargs", {}), arrays, built=again))
+
+def unpack_built(data: Any, arrays: Any, target: Callable[[dict], Any] = origin_target) -> Any:
+    """``unpack`` with every packed layer (``{"__built__": origin}``) made again (``build``)."""
+    return unpack(data, arrays, built=lambda packed: build(packed["__built__"], [], target))

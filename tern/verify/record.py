@@ -34,7 +34,7 @@ import numpy as np
 
 from tern.sandbox.jobs import OUTPUT
 from tern.engine.support_module import is_generated
-from tern.verify.arrays import Unpackable, build, origin_target, pack, shift, unpack, write_case
+from tern.verify.arrays import Unpackable, origin_target, pack, shift, unpack, unpack_built, write_case
 from tern.verify.distributions import affordable_runs
 from tern.verify.draws import DrawsDoNotLineUp, DrawTape, pack_draws
 from tern.verify.interface import keras_defaults
@@ -354,8 +354,7 @@ class Recorder:
             except Unpackable:
                 continue  # a model or an array among the arguments: its configurations are the tests'
             for change in argument_variants(fn, packed, limit=CONFIG_VARIANTS):
-                # a layer among the arguments is built again as the test built it (and tagged)
-                built_args, built_kwargs = unpack(change["inputs"], [], built=lambda data: build(data["__built__"], []))
+                built_args, built_kwargs = unpack(change["inputs"], [])
                 before = compiled_state(built_args, built_kwargs)
                 self.function_depth += 1  # the function's own calls are not the tests'
                 self.replaying = True
@@ -391,7 +390,7 @@ class Recorder:
                 if made == VARIANTS:
                     break
                 # a layer among the arguments is built again as the test built it (and tagged)
-                built_args, built_kwargs = unpack(change["inputs"], [], built=lambda data: build(data["__built__"], []))
+                built_args, built_kwargs = unpack_built(change["inputs"], [])
                 self.function_depth += 1  # a factory's own calls are not the tests'
                 self.replaying = True
                 try:
