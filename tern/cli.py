@@ -203,10 +203,10 @@ def verify(
     original: Optional[Path] = typer.Option(None, "--original", help="The TF package PATH was translated from (default: from the migrate report)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Where to write the JSON report (default: beside PATH)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every job again; do not read cached results."),
-    search: Optional[bool] = typer.Option(None, "--search/--no-search", help="The gradient-ascent search beyond the probes (default: [tool.tern.verify] search_rounds, on); --no-search for a quick check while editing."),
+    search: Optional[bool] = typer.Option(None, "--search/--no-search", help="The gradient-ascent search beyond the probes (default: \\[tool.tern.verify] search_rounds, on); --no-search for a quick check while editing."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from [tool.tern.executor])."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from \\[tool.tern.executor])."),
     address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster's address (default: RAY_ADDRESS, else a local Ray)."),
     project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ holds the cache (default: the current directory's)."),
 ) -> None:
@@ -287,7 +287,7 @@ def evaluate(
     compare: bool = typer.Option(False, "--compare", help="Compare two eval JSON files instead of running: tern eval --compare A.json B.json."),
     daemon: str = typer.Option("auto", "--daemon", help="auto: use or start the project's tern server; never: workers of this process; require."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Workers per kind for a sandbox started here."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from [tool.tern.executor])."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Where sandbox jobs run: local (default) or ray (see docs/ray.md; default from \\[tool.tern.executor])."),
     address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster's address (default: RAY_ADDRESS, else a local Ray)."),
     project: Optional[Path] = typer.Option(None, "--project", help="Project whose .tern/ holds the cache (default: the current directory's)."),
 ) -> None:

@@ -505,3 +505,26 @@ def test_cli_imports_neither_tensorflow_nor_jax(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code, str(pkg)], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_help_shows_the_config_tables_it_names():
+    """Rich reads ``[tool.tern.x]`` in a help text as markup and drops it unless escaped: every
+    option's help must show the configuration table it names."""
+    import click
+    import typer.main
+
+    def commands(group: click.Command, path: tuple[str, ...] = ()):
+        yield path, group
+        for name, sub in getattr(group, "commands", {}).items():
+            yield from commands(sub, (*path, name))
+
+    checked = 0
+    for path, command in commands(typer.main.get_command(app)):
+        tables = {t for p in command.params for t in re.findall(r"\[tool\.tern(?:\.\w+)?\]", p.help or "")}
+        if not tables:
+            continue
+        shown = CliRunner().invoke(app, [*path, "--help"], terminal_width=400, env={"COLUMNS": "400"}).output
+        for table in tables:
+            assert table in shown, f"tern {' '.join(path)} --help drops {table}"
+        checked += 1
+    assert checked >= 4  # verify, eval, weights, pr, migrate's --llm options
