@@ -23,7 +23,6 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 import tern
 from tern.sandbox import LEVELS, Job, JobResult, Sandbox, available, detect
-from tern.sandbox.worker import quick_compiles
 
 AVAILABLE = available()
 UNAVAILABLE = [level for level in LEVELS if level not in AVAILABLE]
@@ -105,15 +104,6 @@ def test_jax_workers_compile_into_the_shared_cache_when_one_is_set(sandbox, monk
     assert not (sandbox.sandbox.state_dir / "jax-cache").exists()
     monkeypatch.delenv("TERN_JAX_CACHE")
     assert sandbox.sandbox.jax_cache == sandbox.sandbox.state_dir / "jax-cache"  # the default: the project's own
-
-
-def test_jax_workers_compile_without_llvm_optimizations_unless_the_user_chose_a_level(sandbox):
-    result = sandbox.run(code("import os; result = os.environ['XLA_FLAGS']"))
-    assert result.ok and "--xla_backend_optimization_level=0" in result.value["result"], result.error
-    assert quick_compiles("") == "--xla_backend_optimization_level=0"
-    assert quick_compiles("--xla_force_host_platform_device_count=2") == (
-        "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0")
-    assert quick_compiles("--xla_backend_optimization_level=2") == "--xla_backend_optimization_level=2"
 
 
 def test_a_worker_freezes_what_lives_only_while_no_job_waits():

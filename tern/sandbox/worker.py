@@ -98,21 +98,6 @@ def _claim_protocol_fds() -> tuple[int, int]:
     return proto_in, proto_out
 
 
-def quick_compiles(xla_flags: str) -> str:
-    """``XLA_FLAGS`` with XLA's CPU backend optimizations off, unless the user chose a level.
-
-    Why: a check compiles hundreds of small programs once each (layer replays, the tests'
-    jitted steps, the search's gradients), and LLVM's optimization of each was a third of a
-    cold ``tern verify``: with it off, seven of the bundled packages verified in 112 s instead
-    of 161 s. The programs are the same (XLA's own passes still run); only LLVM's code for
-    them changes, so results may differ in the last bits of float32 (largest errors against
-    TF went 4.8e-6 to 7.6e-6 on one package, 2.4e-4 to 1.2e-4 on another), far inside the
-    tolerances. The programs a check runs are small, so they run about as fast."""
-    if "xla_backend_optimization_level" in xla_flags:
-        return xla_flags
-    return f"{xla_flags} --xla_backend_optimization_level=0".strip()
-
-
 def _import_kind(kind: str, keras: str, jax_cache: str) -> None:
     """Environment first (libraries read it at import), then the heavy imports, once."""
     if kind == "tf":
@@ -135,7 +120,6 @@ def _import_kind(kind: str, keras: str, jax_cache: str) -> None:
     })
     if jax_cache:
         os.environ["JAX_COMPILATION_CACHE_DIR"] = jax_cache
-    os.environ["XLA_FLAGS"] = quick_compiles(os.environ.get("XLA_FLAGS", ""))
     import flax.linen  # noqa: F401
     import jax  # noqa: F401
     import jax.numpy  # noqa: F401
