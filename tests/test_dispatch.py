@@ -72,3 +72,19 @@ def test_a_transformer_goes_with_its_last_reference_not_with_the_cyclic_collecto
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_instances_of_a_class_share_its_hooks_and_one_with_its_own_hook_keeps_them_apart():
+    """A file makes new transformers: their class' hooks are found once, not per instance. A hook
+    set on one instance is that instance's alone, before or after others of its class ran."""
+    cls = _transformer(CachedHooks)
+    source = "def f(a):\n    return g(a)\n"
+    first, second, own = cls(), cls(), cls()
+    seen: list[str] = []
+    own.visit_Name = lambda node: seen.append(node.value)
+    assert cst.parse_module(source).visit(first).code == "def f_(a_):\n    return g_(a_)\n"
+    assert cst.parse_module(source).visit(own).code == "def f_(a_):\n    return g_(a_)\n"
+    assert cst.parse_module(source).visit(second).code == "def f_(a_):\n    return g_(a_)\n"
+    assert seen == ["f", "a", "g", "a"]  # own's hook ran, on its visit only
+    assert first._hook_table is second._hook_table is not own._hook_table
+    assert first.events == second.events == own.events == [("def", "f"), ("call", "Name"), ("/def", "f")]

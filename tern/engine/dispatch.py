@@ -50,6 +50,25 @@ def hooks(visitor, base: type, kind: type) -> tuple[Callable | None, Callable | 
     return found[0], found[1]
 
 
+_CLASS_TABLES: dict[type, dict] = {}
+
+
+def _class_table(transformer_class: type) -> dict:
+    """The hook table the class' instances share (a file makes new transformers, whose hooks are
+    their class'): found once per class and node type, not once per file."""
+    table = _CLASS_TABLES.get(transformer_class)
+    if table is None:
+        table = {}
+        if len(_CLASS_TABLES) < 1024:  # bounded: rules define transformer classes inside functions
+            _CLASS_TABLES[transformer_class] = table
+    return table
+
+
+def own_hooks(visitor: cst.CSTVisitor | cst.CSTTransformer) -> bool:
+    """Whether the visitor object itself holds hooks (rare): then its hooks are not its class'."""
+    return any(name.startswith(("visit_", "leave_")) for name in vars(visitor))
+
+
 class CachedHooks(cst.CSTTransformer):
     """A ``CSTTransformer`` that finds its hooks once per node type. For transformers whose
     classes define no per-field hooks (``visit_Call_func``): it calls none.
@@ -63,7 +82,7 @@ class CachedHooks(cst.CSTTransformer):
         try:
             table = self.__dict__["_hook_table"]
         except KeyError:
-            table = self.__dict__["_hook_table"] = {}
+            table = self.__dict__["_hook_table"] = _class_table(type(self)) if not own_hooks(self) else {}
         pair = table.get(kind)
         if pair is None:
             visit, leave = hooks(self, cst.CSTTransformer, kind)

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.dispatch import has_field_hooks, hooks
+from tern.engine.dispatch import has_field_hooks, hooks, own_hooks
 
 #: per node type, the function that lists its children (learnt on first sight, ``_learn``)
 _CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
@@ -263,7 +263,7 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     if has_field_hooks(visitor):
         node.visit(visitor)
     elif type(visitor).on_visit is cst.CSTVisitor.on_visit and type(visitor).on_leave is cst.CSTVisitor.on_leave:
-        kinds = None if _own_hooks(visitor) else _visit_only_types(type(visitor))
+        kinds = None if own_hooks(visitor) else _visit_only_types(type(visitor))
         found = None if kinds is None else _indexed_span(node, kinds)
         if found is not None:
             _visit_indexed(visitor, kinds, *found)
@@ -297,11 +297,6 @@ def _visit_only_types(visitor_class: type) -> frozenset[str] | None:
     return None if leaves else visits
 
 
-def _own_hooks(visitor: cst.CSTVisitor) -> bool:
-    """Whether the visitor object itself holds hooks (rare): then only LibCST's lookup finds them."""
-    return any(name.startswith(("visit_", "leave_")) for name in vars(visitor))
-
-
 def _visit_indexed(visitor: cst.CSTVisitor, kinds: frozenset[str], index: TreeIndex, start: int, end: int) -> None:
     """``_dispatch`` read off the index: the visitor's ``visit_<Type>`` calls, in pre-order; a call
     that returns False skips the nodes below it, as LibCST's visit does."""
@@ -325,7 +320,7 @@ def _dispatch(root: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     ``visit_<Type>`` method (an f-string and a ``getattr`` per node and per callback) is done
     once per visitor class and node type, and the stubs of the types the visitor has no method
     for are not called."""
-    if _own_hooks(visitor):
+    if own_hooks(visitor):
         _walk(root, visitor)
         return
     table = _class_hooks(type(visitor))
