@@ -53,14 +53,14 @@ def hooks(visitor, base: type, kind: type) -> tuple[Callable | None, Callable | 
 _CLASS_TABLES: dict[type, dict] = {}
 
 
-def _class_table(transformer_class: type) -> dict:
-    """The hook table the class' instances share (a file makes new transformers, whose hooks are
-    their class'): found once per class and node type, not once per file."""
-    table = _CLASS_TABLES.get(transformer_class)
+def class_table(tables: dict[type, dict], visitor_class: type) -> dict:
+    """``tables``' hook table for ``visitor_class``, which its instances share (a file makes new
+    visitors, whose hooks are their class'): filled once per class and node type, not per file."""
+    table = tables.get(visitor_class)
     if table is None:
         table = {}
-        if len(_CLASS_TABLES) < 1024:  # bounded: rules define transformer classes inside functions
-            _CLASS_TABLES[transformer_class] = table
+        if len(tables) < 1024:  # bounded: rules define visitor classes inside functions
+            tables[visitor_class] = table
     return table
 
 
@@ -82,7 +82,7 @@ class CachedHooks(cst.CSTTransformer):
         try:
             table = self.__dict__["_hook_table"]
         except KeyError:
-            table = self.__dict__["_hook_table"] = _class_table(type(self)) if not own_hooks(self) else {}
+            table = self.__dict__["_hook_table"] = class_table(_CLASS_TABLES, type(self)) if not own_hooks(self) else {}
         pair = table.get(kind)
         if pair is None:
             visit, leave = hooks(self, cst.CSTTransformer, kind)

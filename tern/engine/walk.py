@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import libcst as cst
 import libcst.matchers as m
 
-from tern.engine.dispatch import has_field_hooks, hooks, own_hooks
+from tern.engine.dispatch import class_table, has_field_hooks, hooks, own_hooks
 
 #: per node type, the function that lists its children (learnt on first sight, ``_learn``)
 _CHILDREN: dict[type, Callable[[cst.CSTNode], list[cst.CSTNode]]] = {}
@@ -355,12 +355,7 @@ _CLASS_HOOKS: dict[type, dict[type, tuple[Callable | None, Callable | None]]] = 
 
 def _class_hooks(visitor_class: type) -> dict[type, tuple[Callable | None, Callable | None]]:
     """Per node type, the class' ``visit_<Type>``/``leave_<Type>`` functions (None for LibCST's stubs)."""
-    table = _CLASS_HOOKS.get(visitor_class)
-    if table is None:
-        table = {}
-        if len(_CLASS_HOOKS) < 1024:  # bounded: rules define visitor classes inside functions
-            _CLASS_HOOKS[visitor_class] = table
-    return table
+    return class_table(_CLASS_HOOKS, visitor_class)
 
 
 def _node_types(matcher: m.BaseMatcherNode) -> frozenset[str] | None:
