@@ -70,8 +70,9 @@ def own_hooks(visitor: cst.CSTVisitor | cst.CSTTransformer) -> bool:
 
 
 class CachedHooks(cst.CSTTransformer):
-    """A ``CSTTransformer`` that finds its hooks once per node type. For transformers whose
-    classes define no per-field hooks (``visit_Call_func``): it calls none.
+    """A ``CSTTransformer`` that finds its hooks once per class and node type (an instance that
+    holds hooks of its own: once per instance). For transformers whose classes define no
+    per-field hooks (``visit_Call_func``): it calls none.
 
     The table holds the hooks' functions, called with the transformer, not bound methods: a
     bound method kept on its own instance is a reference cycle, and the transformer (with the
