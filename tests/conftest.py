@@ -12,9 +12,11 @@ support package stands in for it (tests/test_support_module.py shows the generat
 copies those definitions exactly).
 
 Many tests verify the same bundled packages, each in its own project. Their sandboxes share one
-XLA compilation cache (``TERN_JAX_CACHE``, made here once per run, before xdist starts its
-workers, which inherit it), so a translation compiled by one test is loaded by the next instead
-of compiled again. Tern's own result cache stays per project: every test still runs every job.
+XLA compilation cache (``TERN_JAX_CACHE``) and one store of the TF side's results
+(``TERN_RECORDINGS``), both made here once per run, before xdist starts its workers, which
+inherit them: a translation compiled by one test is loaded by the next instead of compiled
+again, and an original recorded by one test is not recorded again by the next. The rest of
+tern's result cache stays per project: every test still runs every JAX job.
 """
 
 import importlib
@@ -45,19 +47,20 @@ SLOW_FIRST = ("test_verify.py", "test_agent.py", "test_sandbox.py", "test_pr.py"
 collect_ignore = ["training_data"]
 
 
-_SHARED_JAX_CACHE: list[str] = []  # made by this process, removed at its end
+_SHARED: list[str] = []  # made by this process, removed at its end
 
 
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the slowest-first order made below
-    if not os.environ.get("TERN_JAX_CACHE"):  # an xdist worker inherits the controller's
-        os.environ["TERN_JAX_CACHE"] = tempfile.mkdtemp(prefix="tern-tests-jax-cache-")
-        _SHARED_JAX_CACHE.append(os.environ["TERN_JAX_CACHE"])
+    for env, prefix in (("TERN_JAX_CACHE", "tern-tests-jax-cache-"), ("TERN_RECORDINGS", "tern-tests-recordings-")):
+        if not os.environ.get(env):  # an xdist worker inherits the controller's
+            os.environ[env] = tempfile.mkdtemp(prefix=prefix)
+            _SHARED.append(os.environ[env])
 
 
 def pytest_unconfigure(config):
-    for path in _SHARED_JAX_CACHE:
+    for path in _SHARED:
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -176,7 +176,8 @@ def test_verified_means_compared_and_within_tolerance(first):
     assert dense["replay_matched"] == dense["replay_total"] > 0
     assert dense["max_abs"] < 1e-5 and dense["edits_rules"] > 0 and dense["edits_llm"] == 0
     assert dense["training"] == "n/a"
-    assert set(dense["phases"]) == {"migrate", "record", "replay", "search", "tests", "keras_inits", "inits"}
+    # Keras's initial weights come from a TF job unless the suite's shared store has them (conftest.py)
+    assert set(dense["phases"]) - {"keras_inits"} == {"migrate", "record", "replay", "search", "tests", "inits"}
 
 
 def test_a_wrong_translation_is_a_mismatch(first):

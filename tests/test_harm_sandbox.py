@@ -185,14 +185,15 @@ def raw_write(box: Box, path: Path) -> int:
 
 
 def test_raw_write_cannot_reach_tern_state(box, untouched):
-    """libc's own open and write, at every place tern keeps state: the cache, the recordings,
+    """libc's own open and write, at every place tern keeps state: the cache, the recordings (the
+    project's and the store projects share, ``TERN_RECORDINGS``, set for the suite by conftest.py),
     another worker's scratch root, the daemon's runtime directory. All read-only mounts."""
     recordings = box.state / "recordings"
     recordings.mkdir(exist_ok=True)
     name = f"escaped-{uuid.uuid4().hex[:8]}"
     through_host = Path(f"/proc/{os.getpid()}/root") / str(box.cache).lstrip("/")  # the host's mount namespace
-    targets = [box.cache, through_host, recordings / name, box.state / "scratch" / name, private_dir() / name,
-               box.state / name]
+    targets = [box.cache, through_host, recordings / name, Path(os.environ["TERN_RECORDINGS"]) / name,
+               box.state / "scratch" / name, private_dir() / name, box.state / name]
     for target in targets:
         assert raw_write(box, target) < 0, target
     assert not any(t.exists() for t in targets[2:])
@@ -412,7 +413,8 @@ def test_through_the_daemon_the_cache_and_socket_are_out_of_reach(level, tmp_pat
 @pytest.mark.parametrize("level", STRONG)
 def test_verify_records_through_the_pool_and_reports_the_isolation(level, tmp_path):
     """Recordings still reach .tern/recordings (moved there by the sandbox, not the job), later
-    replay jobs read them, and the report says how isolated the run was."""
+    replay jobs read them, and the report says how isolated the run was. The project records
+    itself at each level: no store shared with the suite's other projects."""
     need(level)
     fixtures = ROOT / "fixtures"  # the smallest fixture with layer cases: what is checked here is the pool's part
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'isolation'\n")
@@ -421,7 +423,7 @@ def test_verify_records_through_the_pool_and_reports_the_isolation(level, tmp_pa
                     ignore=shutil.ignore_patterns("__pycache__", "*.toml"))
     proc = subprocess.run([sys.executable, "-m", "tern", "verify", "out/custom_dense", "--original", "custom_dense",
                            "--daemon", "never", "--json", "r.json"], capture_output=True, text=True, cwd=tmp_path, check=False,
-                          timeout=1200, env={**os.environ, "TERN_SANDBOX": level, "COLUMNS": "200"})
+                          timeout=1200, env={**os.environ, "TERN_SANDBOX": level, "COLUMNS": "200", "TERN_RECORDINGS": ""})
     report = json.loads((tmp_path / "r.json").read_text())
     row = next(r for p in report["packages"] for r in p["rows"] if r["module"] == "custom_dense.layers")
     assert row["status"] == "equivalent" and row["cases_matched"] == row["cases_total"] > 0, proc.stdout + proc.stderr

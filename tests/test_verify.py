@@ -222,6 +222,32 @@ def test_cache_clear_empties_the_store(tmp_path):
     assert proc.returncode == 0 and "cleared 0" in proc.stdout
 
 
+def test_projects_sharing_recordings_run_tensorflow_once(tmp_path):
+    """``TERN_RECORDINGS``: a second project verifying the same original reuses the first one's
+    recording and Keras runs (no TF job of those kinds), with the same verdicts; its JAX jobs
+    still run."""
+    env = {**__import__("os").environ, "COLUMNS": "200", "TERN_RECORDINGS": str(tmp_path / "shared")}
+    reports = []
+    for name in ("one", "two"):
+        project = tmp_path / name
+        shutil.copytree(EXPECTED / "custom_dense", project / "out" / "custom_dense", ignore=shutil.ignore_patterns("__pycache__"))
+        (project / "pyproject.toml").write_text("")
+        proc = subprocess.run([sys.executable, "-m", "tern", "verify", "out/custom_dense", "--original",
+                               str(FIXTURES / "custom_dense"), "--daemon", "never", "--json", "r.json"],
+                              capture_output=True, text=True, cwd=project, timeout=1200, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        reports.append(json.loads((project / "r.json").read_text()))
+    (first_package,), (second_package,) = (r["packages"] for r in reports)
+    tf_phases = ("record", "keras_inits")
+    assert all(first_package["phases"].get(phase, 0) > 0 for phase in tf_phases), first_package["phases"]
+    assert all(second_package["phases"].get(phase, 0) == 0 for phase in tf_phases), second_package["phases"]
+    assert second_package["phases"]["replay"] > 0 and second_package["phases"]["tests"] > 0  # the project's own
+    assert {m: r["status"] for m, r in rows(reports[1]).items()} == {m: r["status"] for m, r in rows(reports[0]).items()}
+    shared = {p.name for p in (tmp_path / "shared" / "recordings").iterdir()}  # the recording and Keras's runs
+    own = {p.name for p in (tmp_path / "two" / ".tern" / "recordings").glob("*")}  # the search's, which read the translation
+    assert len(shared) == 2 and not shared & own, (shared, own)
+
+
 GATE = '''
 import tensorflow as tf
 

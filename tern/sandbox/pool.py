@@ -34,14 +34,12 @@ from tern.sandbox import isolation, procfs
 from tern.sandbox.daemon import private_dir
 from tern.sandbox.handle import StartFailed, WorkerHandle
 from tern.sandbox.jobs import OUTPUT, Job, JobResult
+from tern.sandbox.shared_state import JAX_CACHE_ENV, RECORDINGS_ENV, shared_dir
 from tern.sandbox.worker import JOB_OUTPUT, remove_path
 
 # tf_keras: TensorFlow with legacy Keras 2 as tf.keras; jax_tfdata: JAX plus TensorFlow for
 # tf.data input pipelines (Keras unimportable), for translations that keep tf.data
 KINDS = ("tf", "tf_keras", "jax", "jax_tfdata")
-#: a directory for XLA's compilation cache shared between projects (CI, a test suite), read where the
-#: sandbox runs: the daemon's environment, when verify goes through the daemon
-JAX_CACHE_ENV = "TERN_JAX_CACHE"
 _TERN_ROOT = str(Path(__file__).resolve().parents[2])  # the worker runs this same tern
 # Under the state directory, the only place a writable root reaches: ``tern weights`` stages
 # a port in weights/<id>/ (verify/weights_cmd.py, which asks for the whole state directory).
@@ -85,7 +83,9 @@ class Sandbox:
         self.keras = keras
         self.recycle_after = recycle_after
         self.writable_roots = tuple(Path(p).resolve() for p in writable_roots)
-        self.protected = (self.state_dir, Path(private_dir()).resolve())
+        self.shared_recordings = shared_dir(RECORDINGS_ENV)
+        self.protected = (self.state_dir, Path(private_dir()).resolve(),
+                          *([self.shared_recordings] if self.shared_recordings else []))
         self.job_roots = self._job_roots()
         self.level = ""
         self._requested = isolation
@@ -97,7 +97,8 @@ class Sandbox:
 
     async def __aenter__(self) -> "Sandbox":
         self.level = await anyio.to_thread.run_sync(isolation.detect, self._requested)
-        for path in (self._scratch, self.jax_cache, *self.job_roots):
+        # the shared recordings too: a directory made after the workers' mounts would not be read-only to them
+        for path in (self._scratch, self.jax_cache, *self.job_roots, *([self.shared_recordings] if self.shared_recordings else [])):
             path.mkdir(parents=True, exist_ok=True)
         procfs.kill_orphans(f"{self._scratch}{os.sep}")  # left by a tern killed mid start-up
         self._tg = anyio.create_task_group()
@@ -126,9 +127,8 @@ class Sandbox:
     @property
     def jax_cache(self) -> Path:
         """XLA's compilation cache: the project's own, or one that projects share (``TERN_JAX_CACHE``,
-        for projects that trust each other: sandboxed code writes it, and the others load it)."""
-        shared = os.environ.get(JAX_CACHE_ENV, "").strip()
-        return Path(shared).resolve() if shared else self.state_dir / "jax-cache"
+        ``shared_state.py``)."""
+        return shared_dir(JAX_CACHE_ENV) or self.state_dir / "jax-cache"
 
     async def run(self, job: Job) -> JobResult:
         """Run ``job`` on a free worker of its kind; safe to call from many tasks at once."""

@@ -6,6 +6,10 @@ Writes are transactions (WAL mode), safe for several tern processes at once. A d
 or foreign database file (SQLite reports it corrupt, or not a database, when it is opened or
 at any later query) is set aside under a name that says so, with a message naming it, and
 the run goes on with an empty store: a cache is never a reason to fail.
+
+With ``TERN_RECORDINGS`` set (``sandbox/shared_state.py``), the TF side's results
+(``TF_KINDS``) and their directories are kept there instead, in a store of the same kind that
+other projects read and add to; everything else stays the project's.
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from tern.sandbox.shared_state import RECORDINGS_ENV, shared_dir
+
 T = TypeVar("T")
+#: results made by TF jobs alone, from the original package: whatever they depend on (the
+#: original's files, the TF libraries, tern's code, the verify settings) is in their keys
+TF_KINDS = frozenset({"record", "keras_inits", "reference", "samples"})
 LOCK_TIMEOUT = 30.0  # seconds a write waits for another process's transaction
 
 SCHEMA = """
@@ -32,7 +41,8 @@ CREATE TABLE IF NOT EXISTS results (
 
 
 class Cache:
-    def __init__(self, state_dir: Path, enabled: bool = True):
+    def __init__(self, state_dir: Path, enabled: bool = True, *, share: bool = True):
+        """``share``: keep ``TF_KINDS`` in ``$TERN_RECORDINGS``'s store when it is set."""
         self.state_dir = state_dir
         self.enabled = enabled
         #: kinds read as misses (still written): e.g. re-run JAX jobs but keep recordings
@@ -44,6 +54,8 @@ class Cache:
         #: what was wrong with the store and what was done about it (also written to stderr)
         self.notices: list[str] = []
         self.db = self._open()
+        shared = shared_dir(RECORDINGS_ENV) if share else None
+        self.shared = Cache(shared, enabled, share=False) if shared and shared != state_dir.resolve() else None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None)
@@ -108,11 +120,19 @@ class Cache:
     def recordings(self) -> Path:
         return self.state_dir / "recordings"
 
+    def store(self, kind: str) -> "Cache":
+        """Where results of ``kind`` are kept: the shared store for ``TF_KINDS`` when there is one."""
+        return self.shared if self.shared is not None and kind in TF_KINDS else self
+
+    def recordings_for(self, kind: str) -> Path:
+        """The directory for the files a job of ``kind`` made, beside its result."""
+        return self.store(kind).recordings
+
     def get(self, key: str, kind: str = "") -> dict[str, Any] | None:
         if not self.enabled or kind in self.skip_kinds:
             self.misses += 1
             return None
-        row = self._query(lambda db: db.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone())
+        row = self.store(kind)._query(lambda db: db.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone())
         if row is None:
             self.misses += 1
             return None
@@ -121,16 +141,18 @@ class Cache:
 
     def put(self, key: str, kind: str, value: dict[str, Any]) -> None:
         row = (key, kind, json.dumps(value), time.time())
-        self._query(lambda db: db.execute("INSERT OR REPLACE INTO results (key, kind, value, created) VALUES (?, ?, ?, ?)", row))
+        self.store(kind)._query(lambda db: db.execute("INSERT OR REPLACE INTO results (key, kind, value, created) VALUES (?, ?, ?, ?)", row))
 
     def values(self, kind: str) -> list[dict[str, Any]]:
         """Every stored value of one kind, oldest first (e.g. the agent's accepted units)."""
-        rows = self._query(lambda db: db.execute("SELECT value FROM results WHERE kind = ? ORDER BY created", (kind,)).fetchall())
+        rows = self.store(kind)._query(
+            lambda db: db.execute("SELECT value FROM results WHERE kind = ? ORDER BY created", (kind,)).fetchall())
         return [json.loads(row[0]) for row in rows]
 
     def clear(self) -> int:
-        """Remove every result and recording; returns how many results there were (0 when the
-        store was damaged: it is set aside, which empties it too)."""
+        """Remove every result and recording of the project; returns how many results there were
+        (0 when the store was damaged: it is set aside, which empties it too). A shared store is
+        other projects' too: left alone."""
         def empty(db: sqlite3.Connection) -> int:
             count = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
             db.execute("DELETE FROM results")
@@ -147,6 +169,8 @@ class Cache:
 
     def close(self) -> None:
         self.db.close()
+        if self.shared is not None:
+            self.shared.close()
 
 
 def _damaged(exc: sqlite3.DatabaseError) -> bool:

@@ -116,13 +116,14 @@ class PackageVerifier:
         tf_root = link_root(self.cache.state_dir, self.original, self.package)
         key = keys.digest("record", keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
                           keys.tree_hash(self.original), self.config.keras, list(self.config.cases), self.config.train_steps)
-        final = self.cache.recordings / key
+        recordings = self.cache.recordings_for("record")
+        final = recordings / key
         if final.is_dir():
             cached = self.cache.get(key, "record")
             if cached is not None:
                 return {**cached, "dir": str(final)}, None
-        self.cache.recordings.mkdir(parents=True, exist_ok=True)
-        partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+        recordings.mkdir(parents=True, exist_ok=True)
+        partial = recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
         tests = [str(p.relative_to(tf_root)) for p in test_files(tf_root / self.package)]
         payload = {"root": str(tf_root), "package": self.package, "tests": tests,
                    "keras": self.config.keras, "config_cases": list(self.config.cases), "train_steps": self.config.train_steps}
@@ -212,11 +213,12 @@ class PackageVerifier:
         or why nothing was made for it)``."""
         key = keys.digest(phase, keys.versions(keys.TF_LIBRARIES), keys.tern_fingerprint(),
                           Path(recording_dir).name, sorted(ids), self.config.keras)
-        final = self.cache.recordings / key
+        final = self.cache.recordings_for(phase) / key
         cached = self.cache.get(key, phase) if final.is_dir() else None
         if cached is None:
             tf_root = link_root(self.cache.state_dir, self.original, self.package)
-            partial = self.cache.recordings / f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            partial = final.with_name(f"{key}.partial-{os.getpid()}-{time.monotonic_ns()}")
             kind = "tf_keras" if self.config.keras == "tf_keras" else "tf"
             job = self._job(kind, f"tern.verify.tasks:{task}",
                             {"dir": recording_dir, "cases": sorted(ids), "keras": self.config.keras}, tf_root, output=str(partial))
