@@ -33,9 +33,9 @@ WRONG = ROOT / "fixtures" / "wrong"
 EXPECT = tomllib.loads((EXPECTED / "verify.toml").read_text())["module"]
 
 
-def tern(project: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+def tern(project: Path, *args: str, timeout: float = 1200, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tern", *args], capture_output=True, text=True, cwd=project,
-                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200", **env})
 
 
 @pytest.fixture(scope="module")
@@ -226,15 +226,13 @@ def test_projects_sharing_recordings_run_tensorflow_once(tmp_path):
     """``TERN_RECORDINGS``: a second project verifying the same original reuses the first one's
     recording and Keras runs (no TF job of those kinds), with the same verdicts; its JAX jobs
     still run."""
-    env = {**__import__("os").environ, "COLUMNS": "200", "TERN_RECORDINGS": str(tmp_path / "shared")}
     reports = []
     for name in ("one", "two"):
         project = tmp_path / name
         shutil.copytree(EXPECTED / "custom_dense", project / "out" / "custom_dense", ignore=shutil.ignore_patterns("__pycache__"))
         (project / "pyproject.toml").write_text("")
-        proc = subprocess.run([sys.executable, "-m", "tern", "verify", "out/custom_dense", "--original",
-                               str(FIXTURES / "custom_dense"), "--daemon", "never", "--json", "r.json"],
-                              capture_output=True, text=True, cwd=project, timeout=1200, env=env)
+        proc = tern(project, "verify", "out/custom_dense", "--original", str(FIXTURES / "custom_dense"), "--daemon", "never",
+                    "--json", "r.json", TERN_RECORDINGS=str(tmp_path / "shared"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         reports.append(json.loads((project / "r.json").read_text()))
     (first_package,), (second_package,) = (r["packages"] for r in reports)

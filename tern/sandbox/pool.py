@@ -83,9 +83,9 @@ class Sandbox:
         self.keras = keras
         self.recycle_after = recycle_after
         self.writable_roots = tuple(Path(p).resolve() for p in writable_roots)
-        self.shared_recordings = shared_dir(RECORDINGS_ENV)
-        self.protected = (self.state_dir, Path(private_dir()).resolve(),
-                          *([self.shared_recordings] if self.shared_recordings else []))
+        #: the TF results projects share (``TERN_RECORDINGS``), when set: jobs read them, never write
+        self.shared_outputs = tuple(filter(None, [shared_dir(RECORDINGS_ENV)]))
+        self.protected = (self.state_dir, Path(private_dir()).resolve(), *self.shared_outputs)
         self.job_roots = self._job_roots()
         self.level = ""
         self._requested = isolation
@@ -98,7 +98,7 @@ class Sandbox:
     async def __aenter__(self) -> "Sandbox":
         self.level = await anyio.to_thread.run_sync(isolation.detect, self._requested)
         # the shared recordings too: a directory made after the workers' mounts would not be read-only to them
-        for path in (self._scratch, self.jax_cache, *self.job_roots, *([self.shared_recordings] if self.shared_recordings else [])):
+        for path in (self._scratch, self.jax_cache, *self.job_roots, *self.shared_outputs):
             path.mkdir(parents=True, exist_ok=True)
         procfs.kill_orphans(f"{self._scratch}{os.sep}")  # left by a tern killed mid start-up
         self._tg = anyio.create_task_group()
