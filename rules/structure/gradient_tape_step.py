@@ -30,6 +30,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
 from tern.features.training import TrainingFacts
 
@@ -177,7 +178,7 @@ class GradientTapeStepRule(Rule):
         )
         jax_vag = ctx.target_name("jax.value_and_grad")
         vag = _stmt(f"({loss}, {_names_tuple(aux_names)}), {grads} = VAG(compute_loss, has_aux=True)(state.params)\n")
-        vag = vag.visit(Put("VAG", jax_vag))
+        vag = transform(vag, Put("VAG", jax_vag))
         update = _stmt(f"state = state.apply_gradients(grads={applied}, model_state=model_state)\n").with_changes(
             leading_lines=after[apply_i].leading_lines)
         rest = [s for i, s in enumerate(after) if i not in (grad_i, apply_i)]
@@ -206,7 +207,7 @@ class GradientTapeStepRule(Rule):
         hoisted = cst.SimpleStatementLine(
             [cst.Assign([cst.AssignTarget(cst.Tuple([cst.Element(cst.Name(name)), cst.Element(cst.Name("model_state"))], lpar=[], rpar=[]))], value)],
             leading_lines=stmt.leading_lines)
-        return [hoisted, stmt.with_changes(leading_lines=[]).visit(Put(call, cst.Name(name)))]
+        return [hoisted, transform(stmt.with_changes(leading_lines=[]), Put(call, cst.Name(name)))]
 
 
 RULE = GradientTapeStepRule()

@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.walk import findall, walk
+from tern.engine.transform import transform
 
 
 def is_tape_with(stmt: cst.CSTNode) -> bool:
@@ -152,7 +153,7 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     aux = sorted((stored & (later | _outside_names(fn, block))) - {target})
     total = cst.Call(ctx.target_name("jax.numpy.sum"), [cst.Arg(cst.Name(target))])
     ret = f"return __total__, ({', '.join(aux)},)\n" if aux else "return __total__\n"
-    ret_stmt = cst.parse_statement(ret).visit(Put("__total__", total))
+    ret_stmt = transform(cst.parse_statement(ret), Put("__total__", total))
     target_fn = cst.FunctionDef(
         name=cst.Name(fn_target),
         params=cst.Parameters([cst.Param(cst.Name(n)) for n in watched]),
@@ -165,14 +166,13 @@ def _rewrite(ctx, fn: cst.FunctionDef, block: list, at: int, params: set[str]) -
     if aux:
         options.append("has_aux=True")
     lhs = f"({fn_grads}, ({', '.join(aux)},))" if aux else fn_grads
-    grad_stmt = cst.parse_statement(
-        f"{lhs} = __grad__({', '.join([fn_target, *options])})({', '.join(watched)})\n").visit(
-        Put("__grad__", ctx.target_name("jax.grad")))
+    grad_stmt = transform(cst.parse_statement(
+        f"{lhs} = __grad__({', '.join([fn_target, *options])})({', '.join(watched)})\n"), Put("__grad__", ctx.target_name("jax.grad")))
     if len(source_names) == 1:
         value = cst.parse_expression(f"[{fn_grads}]" if as_list else fn_grads)
     else:
         value = cst.parse_expression(f"list({fn_grads})")
-    new_block = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(Put(call, value)),
+    new_block = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], transform(block[grad_at], Put(call, value)),
                  *block[grad_at + 1:]]
     return new_block, None
 

@@ -31,6 +31,7 @@ from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
 from tern.engine.walk import findall, nodes, walk
+from tern.engine.transform import transform
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
 from tern.features.training import TrainingFacts
@@ -292,7 +293,7 @@ class _ParamsToFields(CachedHooks):
         (the transform would rebuild every node to change none)."""
         if not any(name.value in names for name in findall(node, m.Name())):
             return node
-        return node.visit(cls(names))
+        return transform(node, cls(names))
 
     def leave_Name(self, original, updated):
         if updated.value in self.names:
@@ -494,7 +495,7 @@ class KerasClassRule(Rule):
             )
         conflicts = _field_conflicts(original, param_names)
         if conflicts:
-            stmts = [s.visit(_RenameSelfAttrs(conflicts)) for s in stmts]
+            stmts = [transform(s, _RenameSelfAttrs(conflicts)) for s in stmts]
         methods = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
         out_methods: list[cst.CSTNode] = []
         for stmt in stmts:
@@ -534,13 +535,13 @@ class KerasClassRule(Rule):
                          "setup only: Flax freezes a list/dict setup assigns (tuple, FrozenDict), so filling it fails; "
                          "build it in a local and assign it once")
         if lists:
-            out_methods = [s.visit(CompareAsLists(lists)) for s in out_methods]
+            out_methods = [transform(s, CompareAsLists(lists)) for s in out_methods]
         if any(findall(s, m.Call(func=m.Name("isinstance"))) for s in out_methods if isinstance(s, cst.FunctionDef)):
             checks = FrozenDictChecks(lambda: ctx.target_name("flax.core.FrozenDict"))
-            out_methods = [s.visit(checks) if isinstance(s, cst.FunctionDef) else s for s in out_methods]
+            out_methods = [transform(s, checks) if isinstance(s, cst.FunctionDef) else s for s in out_methods]
         resolved = _resolved_once(setup)
         if resolved:
-            out_methods = [s if s is setup else s.visit(_LookupOnce(resolved)) for s in out_methods]
+            out_methods = [s if s is setup else transform(s, _LookupOnce(resolved)) for s in out_methods]
         if fields and out_methods and isinstance(out_methods[0], cst.FunctionDef) and not out_methods[0].leading_lines:
             out_methods[0] = out_methods[0].with_changes(leading_lines=[cst.EmptyLine()])
         body = docstring + fields + out_methods
@@ -606,7 +607,7 @@ class KerasClassRule(Rule):
         own = {p.name.value for p in info.params} | set(info.sublayers) | set(info.weights)
         policy = frozenset(DTYPE_POLICY) - own
         if any(_self_attr(a) in policy for a in findall(out, m.Attribute(value=m.Name(SELF)))):  # else: out as it is
-            out = out.visit(_DtypePolicy(ctx, policy))
+            out = transform(out, _DtypePolicy(ctx, policy))
         if not info.compact:
             if info.inline_layers == "stateless":
                 out = out.with_changes(decorators=[cst.Decorator(ctx.target_name("flax.linen.compact")), *out.decorators])
@@ -622,10 +623,10 @@ class KerasClassRule(Rule):
         weights = _WeightRewriter(ctx, info)
         build = build.with_changes(body=build.body.with_changes(
             body=[s for s in build.body.body if not _is_dead_name_guard(s)]))
-        build_body = build.body.visit(weights)
+        build_body = transform(build.body, weights)
         if weights.refusal:
             return Refusal(weights.refusal)
-        call_body = call.body.visit(weights)
+        call_body = transform(call.body, weights)
         if weights.refusal:
             return Refusal(weights.refusal)
         build_stmts = [s for s in _strip_doc(build_body.body) if not _is_keras_build_bookkeeping(s)]

@@ -32,6 +32,7 @@ import libcst.matchers as m
 from tern.features.training.multi_state_steps import state_name
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
 from tern_rules.structure.input_gradient_tape import is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
@@ -82,7 +83,7 @@ class MultiStateStepRule(Rule):
         models = {model for model, _ in sig.pairs}
         fn = updated
         body = self._block(ctx, fn, list(fn.body.body), models)
-        body = [s.visit(_Models(models)) for s in body]
+        body = [transform(s, _Models(models)) for s in body]
         states = ", ".join(state_name(model) for model, _ in sig.pairs)
         out = []
         for stmt in body:
@@ -139,7 +140,7 @@ class MultiStateStepRule(Rule):
             func=m.Name("zip"), args=[m.Arg(value=m.Name(grads)), m.Arg()]))])
         apply_at = next(j for j in range(grad_at + 1, len(block)) if findall(block[j], apply))
         state, params = state_name(model), f"{model}_params"
-        inner = [s.visit(_Models(models, keep=model)) for s in tape.body.body]
+        inner = [transform(s, _Models(models, keep=model)) for s in tape.body.body]
         body_ids = {id(n) for s in tape.body.body for n in findall(s, m.Name())}
         elsewhere = {n.value for n in findall(fn.body, m.Name()) if id(n) not in body_ids}
         aux = sorted((stores(*tape.body.body) & elsewhere) - {loss})

@@ -21,6 +21,7 @@ from tern.engine.results import Refusal
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
 from tern.engine.walk import walk
+from tern.engine.transform import transform
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
 INPUTS = {"keras.Input", "keras.layers.Input", "keras.layers.InputLayer"}
@@ -281,7 +282,7 @@ def _inputs_out_of_lists(ctx, stmts, new, lists):
                     return cst.Name("None")
                 return updated
 
-        out.append(n.visit(Replace()))
+        out.append(transform(n, Replace()))
         if found and specs is None:
             args = {}
             for i, arg in enumerate(found[0].args):

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 
 SELF = "self"
 _EMPTY = m.List(elements=[]) | m.Dict(elements=[]) | m.Call(func=m.Name("list") | m.Name("dict"), args=[])
@@ -79,7 +80,7 @@ def fill_as_locals(setup: cst.FunctionDef) -> tuple[cst.FunctionDef, set[str]]:
     attrs = {a for a in filled if a not in taken and _assigns(setup.body.body, a)}
     if not attrs:
         return setup, filled
-    body = setup.body.visit(_ToLocal(attrs))
+    body = transform(setup.body, _ToLocal(attrs))
     stores = [cst.parse_statement(f"self.{a} = {a}\n") for a in sorted(attrs)]
     return setup.with_changes(body=body.with_changes(body=[*body.body, *stores])), filled - attrs
 

@@ -17,6 +17,7 @@ import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 
 SHAPE = m.Attribute(attr=m.Name("shape")) | m.Call(func=m.Attribute(attr=m.Name("get_shape")), args=[])
 
@@ -72,7 +73,7 @@ class ShapeConcatRule(Rule):
         if not ctx.scopes.imports_source or not any(map(_concatenation, findall(updated, m.BinaryOperation()))):
             return None  # nothing to rewrite: the statement is not rebuilt
         if isinstance(updated, cst.SimpleStatementLine):
-            changed = updated.visit(_Concatenations())
+            changed = transform(updated, _Concatenations())
             return changed if not changed.deep_equals(updated) else None
         return None  # a compound statement: its body's statements come here one by one
 

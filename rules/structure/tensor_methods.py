@@ -27,6 +27,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern.engine.support_module import names as support_names
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 from tern_rules.structure.input_gradient_tape import Put
 from tern_rules.structure.keras_class import KerasClass
 from tern.features.training import TrainingFacts
@@ -275,7 +276,7 @@ class TensorMethodsRule(Rule):
         if record.template is not None and RECEIVERS[rewrite_on](ctx, receiver):
             # right for every TF value and a JAX array, so for support objects too (they stand for those)
             template = record.template.replace("{receiver}", RECEIVER)
-            return ctx.target_expr(template).visit(Put(RECEIVER, new_receiver))
+            return transform(ctx.target_expr(template), Put(RECEIVER, new_receiver))
         if record.todo and not _support_has(ctx, new_receiver, record.name):
             ctx.todo(record.construct, record.todo)
         return None

@@ -21,6 +21,7 @@ from tern.engine.results import code
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
 from tern.engine.walk import walk
+from tern.engine.transform import transform
 from tern.features.tf_data.datasets import FileDatasets, parse_expression
 
 
@@ -164,7 +165,7 @@ class TfDataLoopsRule(Rule):
         if not any(_maybe_dataset(judge, loop.iter) for loop in loops):
             return None  # the bridge wraps datasets' loops only: none here, the body is not rebuilt
         bridge = _Bridge(ctx, judge, facts.record.bridge)
-        body = updated.body.visit(bridge)
+        body = transform(updated.body, bridge)
         return updated.with_changes(body=body) if bridge.changed else None
 
 

@@ -17,6 +17,7 @@ import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import walk
+from tern.engine.transform import transform
 
 TF_FUNCTION = "tensorflow.function"
 
@@ -78,7 +79,7 @@ class TfFunctionRule(Rule):
             return None
         i = hits[0]
         in_class = ctx.frame is not None and ctx.frame.in_module_method
-        updated = updated.visit(_GraphConds(ctx))
+        updated = transform(updated, _GraphConds(ctx))
         control = _Control()
         walk(updated.body, control)
         if in_class or control.reason:

@@ -20,6 +20,7 @@ import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 from tern.features.training.step_syntax import UNROLLED
 from tern.features.training.train_steps import OPTIMIZER_READS
 from tern_rules.structure.gradient_tape_step import replace_params, state_and, static_params, step_decorator
@@ -241,7 +242,7 @@ class TrainStateCallersRule(Rule):
         body = list(updated.body.body)
         if sig.builds:  # the model is the module object until the optimizer is built, then the state
             at = next(i for i, s in enumerate(body) if _is_build(s, sig))
-            body = [*(s.visit(_Rename(sig.model, "state.module")) for s in body[:at]),
+            body = [*(transform(s, _Rename(sig.model, "state.module")) for s in body[:at]),
                     cst.parse_statement(f"state = state.with_optimizer({sig.optimizer})\n").with_changes(
                         leading_lines=body[at].leading_lines),
                     *body[at + 1:]]
@@ -249,11 +250,11 @@ class TrainStateCallersRule(Rule):
             body = [s for s in body if not (sig.optimizer is not None and _is_build(s, sig))]
         block = updated.body.with_changes(body=body)
         if sig.updates:
-            block = block.visit(_OptimizerReads(sig.optimizer))
-        block = block.visit(_Rename(sig.model))
+            block = transform(block, _OptimizerReads(sig.optimizer))
+        block = transform(block, _Rename(sig.model))
         if sig.updates:
-            block = block.visit(_Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
-        block = block.visit(_Thread(ctx.package, reader=not sig.updates))
+            block = transform(block, _Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
+        block = transform(block, _Thread(ctx.package, reader=not sig.updates))
         if sig.updates and not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
             block = block.with_changes(body=[*block.body, cst.parse_statement("return state, None\n")])
         params = replace_params(updated.params, sig.model, sig.optimizer)
@@ -268,9 +269,9 @@ class TrainStateCallersRule(Rule):
         body = [s for s in updated.body.body if not any(_is_build(s, _Pair(m, o)) for _, m, o in states)]
         block = updated.body.with_changes(body=body)
         for state, model, _ in states:
-            block = block.visit(_Rename(model, state))
-        block = block.visit(_Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
-        block = block.visit(_Thread(ctx.package, reader=False, states=tuple(s for s, _, _ in states)))
+            block = transform(block, _Rename(model, state))
+        block = transform(block, _Unroll({n for n, s in ctx.package.fact(TrainingFacts).steps.items() if s.updates}))
+        block = transform(block, _Thread(ctx.package, reader=False, states=tuple(s for s, _, _ in states)))
         if not m.matches(block.body[-1], m.SimpleStatementLine(body=[m.Return()])):
             block = block.with_changes(body=[*block.body, cst.parse_statement(
                 f"return {', '.join(s for s, _, _ in states)}, None\n")])

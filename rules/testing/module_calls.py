@@ -24,6 +24,7 @@ from tern.engine.rule import Rule
 from tern_rules.structure.sequential import becomes_nn_sequential
 from tern.engine.nodes import holder
 from tern.engine.walk import walk
+from tern.engine.transform import transform
 
 
 LEAVES = {
@@ -256,7 +257,7 @@ class ModuleCallsRule(Rule):
             method = original.func.attr.value
             new_receiver = updated.func.value
             if method == "count_params" and not updated.args:
-                return cst.parse_expression("sum(int(numpy.size(v)) for v in _tern_leaves(__m__))").visit(_Put(new_receiver, ctx))
+                return transform(cst.parse_expression("sum(int(numpy.size(v)) for v in _tern_leaves(__m__))"), _Put(new_receiver, ctx))
             if method == "predict":
                 call = cst.Call(func=cst.Name("_tern_apply"), args=[cst.Arg(new_receiver, comma=_comma()), *updated.args])
                 return cst.Call(func=ctx.target_name("numpy.asarray"), args=[cst.Arg(call)])
@@ -363,7 +364,7 @@ class ModuleCallsRule(Rule):
             info = ctx.package.classes.get(kind)
             weight = info.weights.get(attr) if info else None
             if weight is not None:
-                return cst.parse_expression(f'_tern_variables(__m__)["{weight.collection}"]["{weight.name}"]').visit(_Put(updated.value, ctx))
+                return transform(cst.parse_expression(f'_tern_variables(__m__)["{weight.collection}"]["{weight.name}"]'), _Put(updated.value, ctx))
         return None
 
 

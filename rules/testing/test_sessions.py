@@ -17,6 +17,7 @@ import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 
 HELPERS = ("cached_session", "test_session", "session")
 DEVICE_ONLY = {"use_gpu", "force_gpu"}
@@ -76,7 +77,7 @@ class TestSessionsRule(Rule):
         if not findall(original, m.With(items=[m.ZeroOrMore(), m.WithItem(item=m.Call(func=m.Attribute(
                 value=m.Name("self"), attr=m.OneOf(*(m.Name(h) for h in HELPERS))))), m.ZeroOrMore()])):
             return None
-        out = updated.visit(_Unwrap())
+        out = transform(updated, _Unwrap())
         return None if out.deep_equals(updated) else out
 
 

@@ -29,6 +29,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, is_tape_with, names_in, tape_uses, plain_tape,
                                                        stores)
 
@@ -75,7 +76,7 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
     sources = cst.Lambda(cst.Parameters([]), call.args[1].value)
     value = cst.Call(cst.Name("_tern_tape_gradient"), [
         cst.Arg(cst.Name(fn_grads), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(sources)])
-    new = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], block[grad_at].visit(Put(call, value)),
+    new = [*block[:at], target_fn, grad_stmt, *block[at + 1:grad_at], transform(block[grad_at], Put(call, value)),
            *block[grad_at + 1:]]
     return new, None
 

@@ -18,6 +18,7 @@ from tern.engine.dispatch import CachedHooks
 from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
 from tern.engine.records import TargetModule
 from tern.engine.results import module_code
+from tern.engine.transform import transform
 
 
 def attribute_chain(dotted: str) -> cst.BaseExpression:
@@ -78,7 +79,7 @@ class _Respell(CachedHooks):
 
 
 def respell(node: cst.CSTNode, plan: ImportPlan) -> cst.CSTNode:
-    return node.visit(_Respell(plan))
+    return transform(node, _Respell(plan))
 
 
 def _import_statement(module: str, alias: str) -> cst.SimpleStatementLine:

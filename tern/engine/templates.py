@@ -18,6 +18,7 @@ from tern.engine.dispatch import CachedHooks
 from tern.engine.records import Tables
 from tern.engine.results import Refusal, code, value_table_name
 from tern.engine.walk import findall
+from tern.engine.transform import transform
 
 
 class RenderContext(Protocol):
@@ -183,10 +184,10 @@ def expand_template(
     placeholders = {n: f"__tern_{n}__" for n in _PLACEHOLDER.findall(text)}
     skeleton_text = _PLACEHOLDER.sub(lambda m: placeholders[m.group(1)], text)
     skeleton = ctx.target_expr(skeleton_text)
-    filled = skeleton.visit(_Substitute({placeholders[n]: values[n] for n in placeholders}))
+    filled = transform(skeleton, _Substitute({placeholders[n]: values[n] for n in placeholders}))
     if not _has_conditional(skeleton) and not any(_has_conditional(values[n]) for n in placeholders):
         return filled  # nothing to fold: the fold's rebuild of the whole expression is saved
-    return filled.visit(_FoldLiteralConditions())
+    return transform(filled, _FoldLiteralConditions())
 
 
 def _has_conditional(node: cst.CSTNode) -> bool:

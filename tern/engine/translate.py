@@ -31,6 +31,7 @@ from tern.engine.report import TODO_LINE, TODO_MARK, AllowedUse, Edit, Note, Tod
 from tern.engine.rule import HOOKS, Rule, consumed_names, discover, overrides
 from tern.engine.support_module import SUPPORT_MODULE, import_statement, names as support_names
 from tern.engine.targets import ImportPlan, fallback_lines, finalize_imports, names_in_use
+from tern.engine.transform import transform
 from tern.engine.walk import findall, indexed, walk
 
 
@@ -813,7 +814,7 @@ def translate_module(
             plan=plan, is_test=is_test, file_facts=_file_facts(source, package, tables),
             package_helpers=package_helpers(module), keras_configs=keras_configs(module), source=source,
         )
-        out = module.visit(Translator(ctx))
+        out = transform(module, Translator(ctx))
     texts = ModuleTexts()
     generated = [ctx.value_table_statement(k) for k in sorted(ctx.value_tables)]
     if generated:
