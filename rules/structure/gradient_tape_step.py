@@ -31,6 +31,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 from tern.engine.transform import transform
+from tern.engine.results import code
 from tern_rules.structure.input_gradient_tape import Put, rewrite_input_tapes, stores
 from tern.features.training import TrainingFacts
 
@@ -60,7 +61,7 @@ def step_decorator(ctx, original: cst.FunctionDef, updated: cst.FunctionDef, sta
     if not hits or len(decorators) != len(original.decorators):
         return decorators
     i = hits[0]
-    if "jit" not in cst.Module([]).code_for_node(decorators[i].decorator):
+    if "jit" not in code(decorators[i].decorator):
         return decorators  # left eager on purpose (Python control flow): see tf_function.py
     if static:
         names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
@@ -149,7 +150,7 @@ class GradientTapeStepRule(Rule):
             return None
         sig = ctx.package.fact(TrainingFacts).steps[original.name.value]
         body = list(updated.body.body)
-        at = next(i for i, s in enumerate(body) if isinstance(s, cst.With) and "GradientTape" in cst.Module([]).code_for_node(s.items[0].item))
+        at = next(i for i, s in enumerate(body) if isinstance(s, cst.With) and "GradientTape" in code(s.items[0].item))
         tape = body[at]
         tape_name = tape.items[0].asname.name.value
         after = body[at + 1:]

@@ -25,11 +25,12 @@ import libcst.matchers as m
 from tern.engine.dispatch import CachedHooks
 from tern.engine.walk import findall, walk
 from tern.engine.transform import transform
+from tern.engine.results import code
 
 
 def is_tape_with(stmt: cst.CSTNode) -> bool:
     return (isinstance(stmt, cst.With) and len(stmt.items) == 1 and isinstance(stmt.items[0].item, cst.Call)
-            and "GradientTape" in cst.Module([]).code_for_node(stmt.items[0].item.func))
+            and "GradientTape" in code(stmt.items[0].item.func))
 
 
 def _watched(stmt: cst.BaseStatement, tape: str) -> list[str] | None:

@@ -16,6 +16,7 @@ import libcst as cst
 
 from tern.engine.package import config_copy_of
 from tern.engine.rule import Rule
+from tern.engine.results import code
 
 
 class KerasConfigCopyRule(Rule):
@@ -26,7 +27,7 @@ class KerasConfigCopyRule(Rule):
         if not (isinstance(original.func, cst.Attribute) and original.func.attr.value == "from_config"):
             return None
         try:
-            parsed = ast.parse(cst.Module([]).code_for_node(original), mode="eval").body
+            parsed = ast.parse(code(original), mode="eval").body
         except SyntaxError:
             return None
         if config_copy_of(parsed) is None:

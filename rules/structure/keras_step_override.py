@@ -37,6 +37,7 @@ import libcst.matchers as m
 
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
+from tern.engine.results import code
 from tern.features.training import TrainingFacts
 
 TAG = "step_override"
@@ -135,7 +136,7 @@ class KerasStepOverrideRule(Rule):
 
     def _train(self, ctx, body, plan, trackers):
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.With)
-                  and "GradientTape" in cst.Module([]).code_for_node(s.items[0].item))
+                  and "GradientTape" in code(s.items[0].item))
         tape = body[at]
         before, rest = body[:at], body[at + 3:]
         middle, eager = self._split(rest, trackers)

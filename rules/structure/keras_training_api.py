@@ -15,6 +15,7 @@ import libcst.matchers as m
 
 from tern.engine.support_module import names as support_names
 from tern.engine.rule import Rule
+from tern.engine.results import code
 
 METHODS = frozenset({
     "compile", "fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch",
@@ -35,7 +36,7 @@ def _root(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _receiver(node: cst.BaseExpression) -> str:
-    text = cst.Module([]).code_for_node(node)
+    text = code(node)
     return text if len(text) <= 40 else "..."
 
 

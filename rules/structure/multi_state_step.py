@@ -33,6 +33,7 @@ from tern.features.training.multi_state_steps import state_name
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 from tern.engine.transform import transform
+from tern.engine.results import code
 from tern_rules.structure.gradient_tape_step import static_params, step_decorator
 from tern_rules.structure.input_gradient_tape import is_tape_with, stores
 from tern_rules.structure.train_state_callers import References
@@ -89,7 +90,7 @@ class MultiStateStepRule(Rule):
         for stmt in body:
             if m.matches(stmt, m.SimpleStatementLine(body=[m.Return()])):
                 value = stmt.body[0].value
-                text = cst.Module([]).code_for_node(value) if value is not None else "None"
+                text = code(value) if value is not None else "None"
                 if isinstance(value, cst.Tuple) and not value.lpar:
                     text = f"({text})"
                 stmt = _stmt(f"return {states}, {text}\n").with_changes(leading_lines=stmt.leading_lines)
@@ -150,7 +151,7 @@ class MultiStateStepRule(Rule):
             params=cst.Parameters([cst.Param(cst.Name(params))]),
             body=cst.IndentedBlock([_stmt(f"{model} = {state}.replace(params={params})\n"), *inner, _stmt(ret)]),
             leading_lines=tape.leading_lines)
-        vag = cst.Module([]).code_for_node(ctx.target_name("jax.value_and_grad"))
+        vag = code(ctx.target_name("jax.value_and_grad"))
         if aux:
             grad_line = f"({loss}, ({', '.join(aux)},)), {grads} = {vag}(compute_{loss}, has_aux=True)({state}.params)\n"
         else:

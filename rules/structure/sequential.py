@@ -17,7 +17,7 @@ from tern.engine.layers import apply_stateless, call_arguments
 from tern.engine.modulegen import class_name_for, compact_module
 from tern.engine.records import DROP
 from tern.engine.render import commas
-from tern.engine.results import Refusal
+from tern.engine.results import Refusal, code
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
 from tern.engine.walk import walk
@@ -94,7 +94,7 @@ class SequentialRule(Rule):
         for o, _ in pairs:
             if _record(ctx, o) is None and not (isinstance(o, cst.Call) and isinstance(o.func, cst.Name) and ctx.package.is_module_class(o.func.value)):
                 if _keras_name(ctx, o):
-                    ctx.todo("keras.Sequential", f"element `{cst.Module([]).code_for_node(o)}` is not a known layer")
+                    ctx.todo("keras.Sequential", f"element `{code(o)}` is not a known layer")
                     return None
                 package_layers = True  # the package's own block (a helper's result): it may take the flag
         if package_layers or any(_needs_training(_record(ctx, o)) for o, _ in pairs):
@@ -104,7 +104,7 @@ class SequentialRule(Rule):
                 return None  # leave_function builds a module class
             unknown = [o for o, _ in pairs if _needs_training(_record(ctx, o)) and _record(ctx, o).target not in FLAGGED]
             if unknown:
-                ctx.todo("keras.Sequential", f"`{cst.Module([]).code_for_node(unknown[0])}` takes the training flag in a "
+                ctx.todo("keras.Sequential", f"`{code(unknown[0])}` takes the training flag in a "
                          "form KerasSequential does not pass")
                 return None
             return cst.Call(func=expand_template("{support:KerasSequential}", {}, ctx), args=[cst.Arg(_as_tuple(pairs, updated))])

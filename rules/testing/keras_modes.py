@@ -21,6 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tern.engine.rule import Rule
+from tern.engine.results import code
 
 EAGER_ALSO = ("run_all_keras_modes", "run_v2_only", "run_in_graph_and_eager_modes")
 GENERATE = "generate"
@@ -90,7 +91,7 @@ def _verdict(ctx, dec: cst.Decorator) -> tuple | None:
 
 def _is_literal(node: cst.BaseExpression) -> bool:
     try:
-        __import__("ast").literal_eval(cst.Module([]).code_for_node(node))
+        __import__("ast").literal_eval(code(node))
     except (ValueError, SyntaxError, TypeError):
         return False
     return True

@@ -30,6 +30,7 @@ import libcst.matchers as m
 from tern.engine.rule import Rule
 from tern.engine.walk import findall
 from tern.engine.transform import transform
+from tern.engine.results import code
 from tern_rules.structure.input_gradient_tape import (PERSISTENT, Put, is_tape_with, names_in, tape_uses, plain_tape,
                                                        stores)
 
@@ -65,11 +66,11 @@ def _rewrite(ctx, fn, block: list, at: int) -> tuple[list, str | None]:
     aux = sorted((stored & later) - {target})
     bound = cst.With(items=[cst.WithItem(cst.Call(cst.Name("_TernTapeParams"), [cst.Arg(cst.Name(f"{tape}_params"))]))],
                      body=cst.IndentedBlock(body))
-    total = cst.Module([]).code_for_node(ctx.target_name("jax.numpy.sum"))
+    total = code(ctx.target_name("jax.numpy.sum"))
     ret = f"return {total}({target}), ({', '.join(aux)},)\n" if aux else f"return {total}({target})\n"
     target_fn = cst.FunctionDef(name=cst.Name(fn_target), params=cst.Parameters([cst.Param(cst.Name(f"{tape}_params"))]),
                                 body=cst.IndentedBlock([bound, cst.parse_statement(ret)]), leading_lines=stmt.leading_lines)
-    grad = cst.Module([]).code_for_node(ctx.target_name("jax.grad"))
+    grad = code(ctx.target_name("jax.grad"))
     lhs = f"({fn_grads}, ({', '.join(aux)},))" if aux else fn_grads
     options = ", has_aux=True" if aux else ""
     grad_stmt = cst.parse_statement(f"{lhs} = {grad}({fn_target}{options})(_tern_tape_params())\n")

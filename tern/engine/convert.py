@@ -13,7 +13,7 @@ from typing import Callable
 import libcst as cst
 
 from tern.engine.names import dotted_name
-from tern.engine.results import Refusal
+from tern.engine.results import Refusal, code
 from tern.engine.templates import RenderContext, expand_template
 
 
@@ -33,17 +33,13 @@ def _config_copy_helper(node: cst.BaseExpression, ctx) -> cst.Arg | None:
 def _literal(node: cst.BaseExpression):
     if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Name, cst.Tuple, cst.List, cst.UnaryOperation)):
         try:
-            return ast.literal_eval(cst.Module([]).code_for_node(node))
+            return ast.literal_eval(code(node))
         except (ValueError, SyntaxError):
             return _NOT_LITERAL
     return _NOT_LITERAL
 
 
 _NOT_LITERAL = object()
-
-
-def _code(node: cst.BaseExpression) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _by_table(kind: str) -> Callable[[cst.BaseExpression, RenderContext], Result]:
@@ -81,7 +77,7 @@ def _by_table(kind: str) -> Callable[[cst.BaseExpression, RenderContext], Result
             return _config_initializer(ctx.keras_configs[node.value], ctx)
         if kind in ("activation", "initializer") and isinstance(node, (cst.Name, cst.Attribute)):
             return ctx.value_lookup(kind, node)  # a field or variable: map by name at run time
-        return Refusal(f"{kind} given as `{_code(node)}` cannot be checked statically")
+        return Refusal(f"{kind} given as `{code(node)}` cannot be checked statically")
 
     return convert
 
@@ -128,8 +124,8 @@ def padding(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     if value is _NOT_LITERAL and isinstance(node, (cst.Name, cst.Attribute)):
         # a variable holding Keras' 'same'/'valid': Flax takes the upper-case names
         # ('causal' would fail loudly in Flax, not silently)
-        return cst.parse_expression(f"{_code(node)}.upper()")
-    return Refusal(f"padding `{_code(node)}` is not 'same'/'valid'")
+        return cst.parse_expression(f"{code(node)}.upper()")
+    return Refusal(f"padding `{code(node)}` is not 'same'/'valid'")
 
 
 def _tuple_of(n: int) -> Callable[[cst.BaseExpression, RenderContext], Result]:
@@ -142,11 +138,11 @@ def _tuple_of(n: int) -> Callable[[cst.BaseExpression, RenderContext], Result]:
         if isinstance(value, (tuple, list)) and len(value) == n:
             return cst.parse_expression("(" + ", ".join(repr(v) for v in value) + ("," if n == 1 else "") + ")")
         if value is _NOT_LITERAL:
-            code = _code(node)
+            text = code(node)
             return cst.parse_expression(
-                f"(tuple({code}) if isinstance({code}, (tuple, list)) else ({code},) * {n})"
+                f"(tuple({text}) if isinstance({text}, (tuple, list)) else ({text},) * {n})"
             )
-        return Refusal(f"`{_code(node)}` is not an int or a {n}-tuple")
+        return Refusal(f"`{code(node)}` is not an int or a {n}-tuple")
 
     return convert
 
@@ -159,7 +155,7 @@ def noise_shape(node: cst.BaseExpression, ctx: RenderContext) -> Result:
     if value is None:
         return None
     if not isinstance(value, (tuple, list)) or not all(v is None or type(v) is int and v > 0 for v in value):
-        return Refusal(f"`{_code(node)}` is not a literal shape of ints and None: set broadcast_dims by hand")
+        return Refusal(f"`{code(node)}` is not a literal shape of ints and None: set broadcast_dims by hand")
     axes = [i for i, v in enumerate(value) if v == 1]
     if not axes:
         return None  # one mask entry per input entry: flax's default
@@ -176,12 +172,12 @@ def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, RenderContext], R
     def convert(node: cst.BaseExpression, ctx: RenderContext) -> Result:
         value = _literal(node)
         if value is _NOT_LITERAL:
-            return cst.parse_expression(f"tf_pool_window({_code(node)}{'' if n is None else f', {n}'})")
+            return cst.parse_expression(f"tf_pool_window({code(node)}{'' if n is None else f', {n}'})")
         if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             spatial = n if n is not None else {2: 2, 4: 2, 5: 3}.get(len(value))
             if spatial is not None and len(value) == spatial + 2:
                 if value[0] != 1 or value[-1] != 1:
-                    return Refusal(f"`{_code(node)}` pools over the batch or channels (NHWC): flax pools spatial dims only")
+                    return Refusal(f"`{code(node)}` pools over the batch or channels (NHWC): flax pools spatial dims only")
                 value = value[1:-1]
             elif spatial is not None and len(value) == 1:
                 value = list(value) * spatial
@@ -190,9 +186,9 @@ def _tf_window(n: int | None) -> Callable[[cst.BaseExpression, RenderContext], R
         elif isinstance(value, int) and not isinstance(value, bool) and n is not None:
             return cst.parse_expression("(" + ", ".join([str(value)] * n) + ("," if n == 1 else "") + ")")
         if n is None:
-            return Refusal(f"`{_code(node)}` does not say how many spatial dims tf.nn's pool has (the input's rank): "
+            return Refusal(f"`{code(node)}` does not say how many spatial dims tf.nn's pool has (the input's rank): "
                            "use tf.nn.max_pool2d (avg_pool2d, ...) or a [1, ..., 1] list")
-        return Refusal(f"`{_code(node)}` is not an int or a list of 1, {n} or {n + 2} ints")
+        return Refusal(f"`{code(node)}` is not an int or a list of 1, {n} or {n + 2} ints")
 
     return convert
 
@@ -243,12 +239,12 @@ def regularizer(node: cst.BaseExpression, ctx) -> Result:
     if source is not None:
         record = ctx.tables.value("regularizer", source) if not isinstance(node, cst.Call) else None
         if record is None:
-            return Refusal(f"`{_code(node)}` was not translated to a regularizer")
+            return Refusal(f"`{code(node)}` was not translated to a regularizer")
         return expand_template(record.target, {}, ctx)
     if isinstance(node, (cst.Name, cst.Attribute)):
         return ctx.value_lookup("regularizer", node)
     return Refusal(
-        f"regularizer given as `{_code(node)}` cannot be followed statically: pass "
+        f"regularizer given as `{code(node)}` cannot be followed statically: pass "
         "keras.regularizers.L1/L2/L1L2/OrthogonalRegularizer(...) or a name such as 'l2' where the layer is built"
     )
 

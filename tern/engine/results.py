@@ -1,6 +1,7 @@
 """Values the engine's parts hand each other: a refusal, a node's code, a value table's name.
 
-The bottom of the engine: every other module may import it, it imports none of them.
+The bottom of the engine: every other module may import it, it imports none of them but
+``codegen`` (LibCST's codegen, faster).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata.position_provider import CodegenState
+
+from tern.engine.codegen import emit
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ def code(node: cst.CSTNode, module: cst.Module | None = None) -> str:
     indentation and newlines (``code(module, module)`` is ``module.code``)."""
     within = _NO_MODULE if module is None else module
     state = _Unrecorded(default_indent=within.default_indent, default_newline=within.default_newline)
-    node._codegen(state)
+    emit(node, state)
     return "".join(state.tokens)
 
 
@@ -68,7 +71,7 @@ def short_code(node: cst.CSTNode, limit: int = 120) -> str:
     needs; an edit may be a whole class."""
     state = _Prefix(limit + 8, default_indent=_NO_MODULE.default_indent, default_newline=_NO_MODULE.default_newline)
     try:
-        node._codegen(state)
+        emit(node, state)
         text = " ".join("".join(state.tokens).split())
     except _Enough:
         text = " ".join("".join(state.tokens).split())
@@ -106,7 +109,7 @@ class ModuleTexts:
         done = self._tokens.get(key)
         if done is None:
             state = _Unrecorded(default_indent=module.default_indent, default_newline=module.default_newline)
-            node._codegen(state)
+            emit(node, state)
             done = self._tokens[key] = (node, state.tokens)
         return done[1]
 

@@ -17,7 +17,7 @@ from tern.engine.ast_walks import children as ast_children
 from tern.engine.dispatch import CachedHooks
 from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
 from tern.engine.records import TargetModule
-from tern.engine.results import module_code
+from tern.engine.results import code, module_code
 from tern.engine.transform import transform
 
 
@@ -218,7 +218,7 @@ def finalize_imports(
         if source:
             bound = _bindings(stmt)
             if not (set(bound) & used):
-                removed.append(cst.Module([]).code_for_node(stmt).strip())
+                removed.append(code(stmt).strip())
                 continue
             still = sorted(set(bound) & used)
             if kept_comment is not None and set(still) <= allowed:
@@ -237,7 +237,7 @@ def finalize_imports(
             continue
         stmt = _import_statement(name, alias)
         new_imports.append(stmt)
-        added.append(cst.Module([]).code_for_node(stmt).strip())
+        added.append(code(stmt).strip())
     if kept and removed and not new_imports and not module.header and kept[0].leading_lines:
         # the removed import was first: do not start the file with blank lines
         kept[0] = kept[0].with_changes(leading_lines=[l for l in kept[0].leading_lines if l.comment is not None])

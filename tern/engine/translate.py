@@ -786,7 +786,7 @@ def keras_configs(module: cst.Module) -> dict[str, dict]:
                         bound[target.value] = bound.get(target.value, 0) + 1
                 if isinstance(small, cst.Assign) and len(targets) == 1 and isinstance(targets[0], cst.Name):
                     try:
-                        value = ast.literal_eval(module.code_for_node(small.value))
+                        value = ast.literal_eval(code(small.value, module))
                     except (ValueError, SyntaxError):
                         continue
                     if isinstance(value, dict) and isinstance(value.get("class_name"), str) and isinstance(value.get("config", {}), dict):
@@ -873,7 +873,7 @@ def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts,
     fire again) keeps exactly the import the first run wrote. ``names_read``: ``names_in_use``
     of a version of the module that differs from it in import statements only, when known
     (import statements read no name; the support import is one)."""
-    previous = {cst.Module([]).code_for_node(s) for s in module.body if _imports_from(s, support_module)}
+    previous = {code(s) for s in module.body if _imports_from(s, support_module)}
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
     text = texts.code(stripped)
