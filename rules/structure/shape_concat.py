@@ -70,12 +70,12 @@ class ShapeConcatRule(Rule):
     order = 61  # after tensor_methods (60), which turns ``get_shape()`` into ``.shape``
 
     def leave_statement(self, ctx, original, updated):
+        if not isinstance(updated, cst.SimpleStatementLine):
+            return None  # a compound statement: its body's statements come here one by one
         if not ctx.scopes.imports_source or not any(map(_concatenation, findall(updated, m.BinaryOperation()))):
             return None  # nothing to rewrite: the statement is not rebuilt
-        if isinstance(updated, cst.SimpleStatementLine):
-            changed = transform(updated, _Concatenations())
-            return changed if not changed.deep_equals(updated) else None
-        return None  # a compound statement: its body's statements come here one by one
+        changed = transform(updated, _Concatenations())
+        return changed if not changed.deep_equals(updated) else None
 
 
 RULE = ShapeConcatRule()
