@@ -413,13 +413,15 @@ def scan_package(root: Path, files: list[Path]) -> PackageInfo:
 def _scan_package(root: Path, files: list[Path]) -> PackageInfo:
     info = PackageInfo()
     training_layers = training_layer_names()
-    for path in files:
-        try:
-            source = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        module = ".".join(path.relative_to(root).with_suffix("").parts)
-        with collection.one_file():
+    # One collection for the whole scan, at the end: scanning makes next to no cyclic garbage
+    # (none on 904 Keras sources), and every module's tree stays alive, so a collection per
+    # module would walk the trees made so far, again and again.
+    with collection.one_file():
+        for path in files:
+            try:
+                source = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
             scan_source(source, module, info, training_layers)
-    with collection.one_file():  # every module's tree is alive here: each collection would walk them all
         return close_over_bases(info)

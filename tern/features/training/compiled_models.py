@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tern.engine.ast_walks import own_nodes, walk as ast_walk
 from tern.engine.names import ast_tail
@@ -152,13 +153,48 @@ def _key(node: ast.expr) -> str | None:
 @dataclass
 class _Scope:
     """Where an expression is evaluated: its function (None at module or class level), the
-    top-level function it belongs to, its class and module."""
+    top-level function it belongs to, its class and module.
+
+    ``assigned`` (what each name and ``self.x`` is assigned in the scope, its class' other
+    methods' ``self.x`` after its own) is worked out when first asked: most scopes of a
+    package are never asked about (a tenth of the package pre-pass went to working them all out)."""
 
     fn: ast.FunctionDef | None
     top: str | None
     cls: ast.ClassDef | None
     tree: ast.Module
-    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
+    nodes: list[ast.AST] = field(default_factory=list, repr=False)
+    #: the ``self.x`` assignments of the scope's class, all methods together (None: no class)
+    attributes: Callable[[], dict[str, list[ast.expr]]] | None = field(default=None, repr=False)
+    _assigned: dict[str, list[ast.expr]] | None = field(default=None, repr=False)
+
+    @property
+    def assigned(self) -> dict[str, list[ast.expr]]:
+        if self._assigned is None:
+            assigned = dict(_assignments(self.nodes))
+            for key, values in (self.attributes() if self.attributes is not None else {}).items():
+                assigned.setdefault(key, values)
+            self._assigned = assigned
+        return self._assigned
+
+
+class _ClassAttributes:
+    """What a class' methods assign to ``self.x``, all methods together, worked out when first
+    asked (a method sees what any method sets on self)."""
+
+    def __init__(self, methods: list[ast.FunctionDef]):
+        self.methods = methods
+        self._found: dict[str, list[ast.expr]] | None = None
+
+    def __call__(self) -> dict[str, list[ast.expr]]:
+        if self._found is None:
+            found: dict[str, list[ast.expr]] = {}
+            for method in self.methods:
+                for key, values in _assignments(own_nodes(method)).items():
+                    if key.startswith("self."):
+                        found.setdefault(key, []).extend(values)
+            self._found = found
+        return self._found
 
 
 _TARGETED = frozenset({ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr})
@@ -205,38 +241,24 @@ class _Analysis:
             self._collect(tree)
 
     def _collect(self, tree: ast.Module) -> None:
-        module_scope = _Scope(None, "", None, tree)
-        self._scope(module_scope, list(own_nodes(tree)))
+        self._scope(_Scope(None, "", None, tree, list(own_nodes(tree))))
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
                 self._function(node, node.name, None, tree)
             elif isinstance(node, ast.ClassDef):
-                methods = [item for item in node.body if isinstance(item, ast.FunctionDef)]
-                assigned = {id(item): _assignments(own_nodes(item)) for item in methods}
-                # once per class, not once per method: a method sees what any method sets on self
-                attributes: dict[str, list[ast.expr]] = {}
-                for item in methods:
-                    for key, values in assigned[id(item)].items():
-                        if key.startswith("self."):
-                            attributes.setdefault(key, []).extend(values)
-                for item in methods:
-                    self._function(item, None, node, tree, attributes, assigned[id(item)])
+                attributes = _ClassAttributes([item for item in node.body if isinstance(item, ast.FunctionDef)])
+                for item in attributes.methods:
+                    self._function(item, None, node, tree, attributes)
 
-    def _function(self, fn, top, cls, tree, attributes=None, assigned=None) -> None:
-        """``assigned``: ``_assignments`` of the function's own nodes, when its class made them already."""
-        scope = _Scope(fn, top, cls, tree)
-        nodes = list(own_nodes(fn))
-        self._scope(scope, nodes, attributes, assigned)
-        for node in nodes:
+    def _function(self, fn, top, cls, tree, attributes: _ClassAttributes | None = None) -> None:
+        scope = _Scope(fn, top, cls, tree, list(own_nodes(fn)), attributes)
+        self._scope(scope)
+        for node in scope.nodes:
             if isinstance(node, ast.FunctionDef):
                 self._function(node, None, cls, tree, attributes)
 
-    def _scope(self, scope: _Scope, nodes: list[ast.AST], attributes: dict[str, list[ast.expr]] | None = None,
-               assigned: dict[str, list[ast.expr]] | None = None) -> None:
-        """``attributes``: the ``self.x`` assignments of the scope's class, all methods together."""
-        scope.assigned = _assignments(nodes) if assigned is None else assigned
-        for key, values in (attributes or {}).items():
-            scope.assigned.setdefault(key, values)
+    def _scope(self, scope: _Scope) -> None:
+        nodes = scope.nodes
         self.scopes.append((scope, nodes))
         for node in nodes:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
