@@ -31,6 +31,20 @@ def one_file() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The collector off inside and back on after, with no collection: for work that makes
+    no cyclic garbage and keeps what it makes (the package scan's syntax trees). A collection
+    at the end would only walk all of it to find it alive; ``settled`` then freezes it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def settled() -> Iterator[None]:
     """What exists on entry outlives what runs inside (a run's package facts: every module's
     syntax tree): the collector leaves it alone until the end. Else each full collection walks

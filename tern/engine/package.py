@@ -413,10 +413,10 @@ def scan_package(root: Path, files: list[Path]) -> PackageInfo:
 def _scan_package(root: Path, files: list[Path]) -> PackageInfo:
     info = PackageInfo()
     training_layers = training_layer_names()
-    # One collection for the whole scan, at the end: scanning makes next to no cyclic garbage
-    # (none on 904 Keras sources), and every module's tree stays alive, so a collection per
-    # module would walk the trees made so far, again and again.
-    with collection.one_file():
+    # No collection during the scan, and none at its end: scanning makes no cyclic garbage
+    # (none on 904 Keras sources) and keeps every module's tree, so each collection would only
+    # walk the trees made so far (a collection per module was 5% of the scan, one at the end 8%)
+    with collection.paused():
         for path in files:
             try:
                 source = path.read_text(encoding="utf-8")
