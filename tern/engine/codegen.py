@@ -7,7 +7,7 @@ wrapping cost several times the one token. ``emit`` runs each node type's own
 ``_codegen_impl``, recompiled from LibCST's source once per type with those wrappers
 written inline:
 
-* ``child._codegen(state, ...)`` -> ``_emit(child, state, ...)``;
+* ``child._codegen(state, ...)`` -> the child type's impl, looked up inline;
 * ``with self._parenthesize(state):`` -> the ``lpar`` before the body and the ``rpar`` after,
   and likewise ``_bracketize``/``_braceize``: the tokens those context managers add;
 * ``with state.record_syntactic_position(...):`` -> the body alone: the states used here
@@ -62,8 +62,14 @@ class _Inline(ast.NodeTransformer):
         self.generic_visit(node)
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "_codegen":
+            child = func.value
+            if _plain_reference(child):  # read twice: inline ``emit``, one call less per node
+                kind = ast.Attribute(child, "__class__", ast.Load())
+                impl = ast.BoolOp(ast.Or(), [ast.Call(ast.Attribute(ast.Name("_tern_impls", ast.Load()), "get", ast.Load()), [kind], []),
+                                             ast.Call(ast.Name("_tern_learn", ast.Load()), [kind], [])])
+                return ast.Call(impl, [child, *node.args], node.keywords)
             emitter = "_emit_with" if node.keywords else "_emit"
-            return ast.Call(ast.Name(emitter, ast.Load()), [func.value, *node.args], node.keywords)
+            return ast.Call(ast.Name(emitter, ast.Load()), [child, *node.args], node.keywords)
         if (isinstance(func, ast.Attribute) and func.attr == "_codegen_impl" and isinstance(func.value, ast.Name)
                 and isinstance(self.module_globals.get(func.value.id), type)):
             compiled = _compiled_function(self.module_globals[func.value.id].__dict__.get("_codegen_impl"))
@@ -89,20 +95,28 @@ class _Inline(ast.NodeTransformer):
             if name not in _WRAPPERS or owner != "self" or ast.unparse(call) != f"self.{name}(state)":
                 raise _Unsupported(ast.unparse(call))
             opening, closing, many = _WRAPPERS[name]
-            before += _emit_statements(opening, many)
-            after[:0] = _emit_statements(closing, many)
+            before += [self.visit(s) for s in _codegen_statements(opening, many)]
+            after[:0] = [self.visit(s) for s in _codegen_statements(closing, many)]
         body = [s for statement in node.body for s in _as_list(self.visit(statement))]
         return before + body + after
+
+
+def _plain_reference(node: ast.expr) -> bool:
+    """A name or ``a.b.c``: reading it twice reads the same node."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _as_list(result) -> list[ast.stmt]:
     return result if isinstance(result, list) else [result]
 
 
-def _emit_statements(field: str, many: bool) -> list[ast.stmt]:
+def _codegen_statements(field: str, many: bool) -> list[ast.stmt]:
+    """What a wrapper's context manager does before or after its body, as LibCST writes it."""
     if many:
-        return ast.parse(f"for _part in self.{field}:\n    _emit(_part, state)").body
-    return ast.parse(f"_emit(self.{field}, state)").body
+        return ast.parse(f"for _part in self.{field}:\n    _part._codegen(state)").body
+    return ast.parse(f"self.{field}._codegen(state)").body
 
 
 def _compiled(kind: type) -> Callable | None:
@@ -133,7 +147,7 @@ def _compiled_function(impl: Callable | None) -> Callable | None:
     for arg in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs):
         arg.annotation = None  # LibCST's annotations name what its module imports for type checkers only
     module = ast.fix_missing_locations(ast.Module([function], type_ignores=[]))
-    namespace = dict(impl.__globals__, _emit=emit, _emit_with=_emit_with, **inline.bases)
+    namespace = dict(impl.__globals__, _emit=emit, _emit_with=_emit_with, _tern_impls=_IMPLS, _tern_learn=_learn, **inline.bases)
     exec(compile(module, f"<tern codegen: {impl.__qualname__}>", "exec"), namespace)  # LibCST's own source, rewritten
     _FUNCTIONS[impl] = namespace["impl"]
     return namespace["impl"]
