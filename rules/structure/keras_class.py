@@ -30,7 +30,7 @@ from tern.engine.convert import CONVERTERS
 from tern.engine.results import Refusal
 from tern.engine.results import code
 from tern.engine.rule import Rule
-from tern.engine.walk import findall, nodes, walk
+from tern.engine.walk import children, findall, nodes, walk
 from tern.engine.transform import transform
 from tern_rules.structure.setup_containers import CompareAsLists, FrozenDictChecks, fill_as_locals, setup_lists
 from tern_rules.structure.training_helpers import passes_training, with_training
@@ -878,21 +878,20 @@ def _names_in(stmts) -> set[str]:
 
 
 def _names_read(node: cst.CSTNode) -> list[cst.Name]:
+    """The names in ``node``, in the order a visitor meets them, but an attribute's name
+    (``x`` of ``x.attr`` is read, ``attr`` is no name) and an argument's keyword."""
     found: list[cst.Name] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Attribute(self, attr: cst.Attribute) -> bool:
-            walk(attr.value, self)  # ``x.attr``: x is read, attr is no name
-            return False
-
-        def visit_Arg(self, arg: cst.Arg) -> bool:
-            walk(arg.value, self)  # a keyword is no name
-            return False
-
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
-
-    walk(node, V())
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (cst.Attribute, cst.Arg)):
+            stack.append(item.value)
+        elif isinstance(item, cst.Name):
+            found.append(item)
+        else:
+            below = children(item)
+            below.reverse()
+            stack.extend(below)
     return found
 
 

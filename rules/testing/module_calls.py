@@ -57,23 +57,30 @@ def assigned_pairs(assign: cst.Assign, ctx=None):
             yield t, v
 
 
+class _Returns(cst.CSTVisitor):
+    """The values ``fn``'s own ``return`` statements give (not those of functions inside it)."""
+
+    def __init__(self, fn: cst.FunctionDef):
+        self.fn = fn
+        self.values: list = []
+
+    def visit_FunctionDef(self, node):
+        return node is self.fn
+
+    def visit_Lambda(self, node):
+        return False
+
+    def visit_Return(self, node):
+        self.values.append(node.value)
+
+
 def remember_tuple_return(ctx, fn: cst.FunctionDef) -> None:
     """A test helper (function or method) whose one ``return`` gives a tuple: its elements, by the
     name callers use (``make_pair`` or ``self._fresh``). Statements after the definition unpack calls
     to it as if the tuple were written there."""
-    returns = []
-
-    class Returns(cst.CSTVisitor):
-        def visit_FunctionDef(self, node):
-            return node is fn  # not the returns of nested functions
-
-        def visit_Lambda(self, node):
-            return False
-
-        def visit_Return(self, node):
-            returns.append(node.value)
-
-    walk(fn, Returns())
+    returns = _Returns(fn)
+    walk(fn, returns)
+    returns = returns.values
     if len(returns) != 1 or not isinstance(returns[0], cst.Tuple):
         return
     key = ("self." if ctx.classes else "") + fn.name.value
