@@ -21,12 +21,11 @@ def one_file() -> Iterator[None]:
     """Collect the cycles of what runs inside once, at the end (nested uses: the outermost
     collects; a collector the caller disabled stays disabled)."""
     enabled = gc.isenabled()
-    gc.disable()
     try:
-        yield
+        with paused():
+            yield
     finally:
         if enabled:
-            gc.enable()
             gc.collect(0)
 
 

@@ -70,9 +70,7 @@ def _check_result(result) -> None:
 def _required(parent, child, visit):
     new = visit(child)
     if new is _REMOVE or new.__class__ is _Flatten:
-        what = "RemovalSentinel" if new is _REMOVE else "FlattenSentinel"
-        raise TypeError(f"We got a {what} while visiting a {type(child).__name__}. This node's parent "
-                        f"({type(parent).__name__}) does not allow it to be removed or replaced with a sequence.")
+        raise _not_allowed(parent, child, "RemovalSentinel" if new is _REMOVE else "FlattenSentinel")
     return new
 
 
@@ -81,8 +79,7 @@ def _optional(parent, child, visit):
         return None
     new = visit(child)
     if new.__class__ is _Flatten:
-        raise TypeError(f"We got a FlattenSentinel while visiting a {type(child).__name__}. This node's parent "
-                        f"({type(parent).__name__}) does not allow for it to be replaced with a sequence.")
+        raise _not_allowed(parent, child, "FlattenSentinel")
     return None if new is _REMOVE else new
 
 
@@ -91,12 +88,18 @@ def _sentinel(parent, child, visit):
         return _DEFAULT
     new = visit(child)
     if new.__class__ is _Flatten:
-        raise TypeError(f"We got a FlattenSentinel while visiting a {type(child).__name__}. This node's parent "
-                        f"({type(parent).__name__}) does not allow for it to be replaced with a sequence.")
+        raise _not_allowed(parent, child, "FlattenSentinel")
     return _DEFAULT if new is _REMOVE else new
 
 
-def _sequence(parent, children, visit):
+def _not_allowed(parent, child, sentinel: str) -> TypeError:
+    return TypeError(f"We got a {sentinel} while visiting a {type(child).__name__}. This node's parent "
+                     f"({type(parent).__name__}) does not allow it to be removed or replaced with a sequence.")
+
+
+def _sequence(parent, children, visit, body: bool = False):
+    """``body``: as ``visit_body_sequence``, a statement that became empty (its small statements
+    removed) is dropped too."""
     out = None
     for i, child in enumerate(children):
         new = visit(child)
@@ -107,28 +110,14 @@ def _sequence(parent, children, visit):
         if new is _REMOVE:
             continue
         if new.__class__ is _Flatten:
-            out.extend(new)
-        else:
+            out.extend(n for n in new if not body or child._is_removable() or not n._is_removable())
+        elif not body or child._is_removable() or not new._is_removable():
             out.append(new)
     return children if out is None else tuple(out)
 
 
 def _body_sequence(parent, children, visit):
-    """``_sequence``, and a statement that became empty (its small statements removed) is dropped."""
-    out = None
-    for i, child in enumerate(children):
-        new = visit(child)
-        if out is None:
-            if new is child:
-                continue
-            out = list(children[:i])
-        if new is _REMOVE:
-            continue
-        if new.__class__ is _Flatten:
-            out.extend(n for n in new if child._is_removable() or not n._is_removable())
-        elif child._is_removable() or not new._is_removable():
-            out.append(new)
-    return children if out is None else tuple(out)
+    return _sequence(parent, children, visit, body=True)
 
 
 _HELPERS = {"visit_required": "_required", "visit_optional": "_optional", "visit_sentinel": "_sentinel",
