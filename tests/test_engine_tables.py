@@ -48,3 +48,42 @@ def test_every_record_has_a_target_or_a_template():
         assert record.target or record.template or record.todo or record.constant is not None, record.source
     for record in tables.layers.values():
         assert record.target or record.template or record.apply, record.source
+
+
+def test_model_builders_are_found_wherever_a_function_is_defined():
+    """Nested in a class, a branch, a handler, a ``match`` case or another function: each
+    function that calls ``Model``/``Sequential`` (directly or in a function inside it)."""
+    source = '''
+import tensorflow as tf
+
+class Factory:
+    def build(self):
+        return tf.keras.Sequential([])
+
+if tf.__version__:
+    def in_branch():
+        return tf.keras.Model()
+else:
+    def plain():
+        return 1
+
+try:
+    pass
+except ImportError:
+    def in_handler():
+        def inner():
+            return tf.keras.Model()
+        return inner
+
+match tf.__version__:
+    case "2":
+        def in_case():
+            return tf.keras.Sequential()
+
+with open("x") as f:
+    async def in_with():
+        return tf.keras.Model()
+'''
+    info = PackageInfo()
+    scan_source(source, "m", info, training_layer_names())
+    assert info.model_builders == {"build", "in_branch", "in_handler", "inner", "in_case", "in_with"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Iterator, TypeVar
 
 from tern.engine import collection
 from tern.engine.ast_walks import children as ast_children, kept_walks, walk as ast_walk
@@ -286,6 +286,22 @@ def _returns_plain_sequential(fn: ast.FunctionDef, training_layers: frozenset[st
     return bool(returns) and all(plain(r) for r in returns)
 
 
+def _function_defs(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function definition in ``tree``, nested ones too: definitions are statements, so
+    only statements are entered (a tenth of a module's nodes; ``ast.walk`` reads them all)."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+        for name in _STATEMENT_FIELDS:
+            todo.extend(getattr(node, name, ()))
+
+
+#: the fields that hold statements (or handlers and match cases, which hold them)
+_STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _returns_model(fn: ast.FunctionDef) -> bool:
     for node in ast_walk(fn):
         if isinstance(node, ast.Call) and ast_tail(node.func) in ("Model", "Sequential"):
@@ -337,11 +353,10 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     for feature in features():
         feature.scan(info, tree, module, _is_test_module(module), source)
     builds_model: dict[int, bool] = {}  # id(function) -> whether it calls Model/Sequential, for the loop below too
-    for node in ast_walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            builds_model[id(node)] = _returns_model(node)
-            if builds_model[id(node)]:
-                info.model_builders.add(node.name)
+    for node in _function_defs(tree):
+        builds_model[id(node)] = _returns_model(node)
+        if builds_model[id(node)]:
+            info.model_builders.add(node.name)
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             info.calls[node.name] = {
