@@ -119,10 +119,6 @@ def _codegen_statements(field: str, many: bool) -> list[ast.stmt]:
     return ast.parse(f"self.{field}._codegen(state)").body
 
 
-def _compiled(kind: type) -> Callable | None:
-    return _compiled_function(kind._codegen_impl)
-
-
 _FUNCTIONS: dict[Callable, Callable | None] = {}
 
 
@@ -158,6 +154,6 @@ def _by_libcst(node: cst.CSTNode, state, **kwargs) -> None:
 
 
 def _learn(kind: type) -> Callable:
-    impl = _compiled(kind) if kind._codegen is cst.CSTNode._codegen else None
+    impl = _compiled_function(kind._codegen_impl) if kind._codegen is cst.CSTNode._codegen else None
     _IMPLS[kind] = impl or _by_libcst
     return _IMPLS[kind]

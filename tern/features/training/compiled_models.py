@@ -231,7 +231,7 @@ class _Analysis:
         self.makers = set(factories) | set(classes)
         self.functions: dict[str, ast.FunctionDef] = {}
         self.sites: dict[str, list[tuple[ast.Call, _Scope]]] = {}
-        self.scopes: list[tuple[_Scope, list[ast.AST]]] = []
+        self.scopes: list[_Scope] = []
         for _, tree, is_test in facts.trees:
             if not is_test:
                 for node in tree.body:
@@ -258,9 +258,8 @@ class _Analysis:
                 self._function(node, None, cls, tree, attributes)
 
     def _scope(self, scope: _Scope) -> None:
-        nodes = scope.nodes
-        self.scopes.append((scope, nodes))
-        for node in nodes:
+        self.scopes.append(scope)
+        for node in scope.nodes:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
                 self.sites.setdefault(node.func.id, []).append((node, scope))  # a method of the same name is not it
 
@@ -357,11 +356,11 @@ class _Analysis:
         self.facts.keras_params = out
 
     def receivers(self) -> None:
-        for scope, nodes in self.scopes:
+        for scope in self.scopes:
             if scope.top is None or any(is_test for _, t, is_test in self.facts.trees if t is scope.tree):
                 continue
             found = {}
-            for node in nodes:
+            for node in scope.nodes:
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                         and (node.attr in TRAINER_METHODS or node.attr == "optimizer") and node.value.id not in found \
                         and not _train_state_predict(node, scope):
