@@ -508,18 +508,19 @@ _KILLED_MID_SEND = """
 from pathlib import Path
 from tern.engine import runner
 from tern.engine.package import PackageInfo
+from tern.engine.parallel import Workers
 
-def huge(job):  # every result is tens of megabytes: a worker is killed while sending one
+def huge(job, parsed):  # every result is tens of megabytes: a worker is killed while sending one
     return job.rel, b"x" * 40_000_000
 
 def progress(results, total):
     for _ in results:
         raise KeyboardInterrupt  # the first result is in; the other worker is still sending its own
 
-runner._translate_shared = huge  # the workers are forked: they run this
-work = [runner.Job(f"m{i}.py", Path(f"/nonexistent/m{i}.py"), PackageInfo()) for i in range(6)]
+work = [runner.Job(f"m{i}.py", Path(f"/nonexistent/m{i}.py"), None) for i in range(6)]
 try:
-    runner._translate_all(work, 2, progress)
+    with Workers(work, 2, translate=huge, parse=runner.parse_ahead) as workers:
+        workers.results(PackageInfo(), progress)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """

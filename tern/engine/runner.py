@@ -11,21 +11,17 @@ reason; a FIFO, device or socket is ``skipped`` with a note and never opened.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import dataclasses
 import difflib
 import errno
 import functools
 import hashlib
 import io
-import multiprocessing
 import os
-import signal
 import stat
-import sys
 import tempfile
 import tokenize
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -36,6 +32,7 @@ from tern.errors import UsageError  # the run cannot start as asked; nothing has
 from tern.engine import collection, support_module
 from tern.engine.memo import TranslationMemo, package_digest
 from tern.engine.package import PackageInfo, scan_package
+from tern.engine.parallel import Workers
 from tern.engine.report import FileResult, Note, RunReport
 from tern.engine.translate import is_test_path, translate_module
 
@@ -47,7 +44,7 @@ TMP_SUFFIX = ".tern-tmp"  # write_atomic's temporary files: ``.<name>.<random>.t
 class Job:
     rel: str
     source: Path
-    package: PackageInfo | None  # None in a pool worker's job: the facts it was started with (``_translate_shared``)
+    package: PackageInfo | None  # None until the package is scanned (a pool worker fills in the facts it was sent)
     support_module: str = support_module.SUPPORT_MODULE  # how the file imports the package's support
 
 
@@ -214,10 +211,32 @@ def read_regular(path: Path) -> bytes:
 # ---------------------------------------------------------------------------- one file
 
 
-def translate_file(job: Job) -> tuple[FileResult, bytes | None]:
-    """One file to its result and output bytes (None: nothing to write). Never raises for bad input."""
+def translate_file(job: Job, parsed: Parsed | None = None) -> tuple[FileResult, bytes | None]:
+    """One file to its result and output bytes (None: nothing to write). Never raises for bad
+    input. ``parsed``: the file parsed earlier (``parse_ahead``), used if its bytes are the same."""
     raw = _read(job)
-    return raw if isinstance(raw, tuple) else translate_bytes(job, raw)
+    return raw if isinstance(raw, tuple) else translate_bytes(job, raw, parsed)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    raw: bytes
+    module: cst.Module
+
+
+def parse_ahead(job: Job) -> Parsed | None:
+    """The file's syntax tree, for ``translate_file`` later; None for what it would not parse
+    (not Python, unreadable, undecodable, a syntax error): it reports those itself."""
+    if job.source.suffix != ".py":
+        return None
+    raw = _read(job)
+    decoded = None if isinstance(raw, tuple) else _decode(job.rel, raw)
+    if not isinstance(decoded, tuple):
+        return None
+    try:
+        return Parsed(raw, cst.parse_module(decoded[0]))
+    except (cst.ParserSyntaxError, RecursionError):
+        return None
 
 
 def _read(job: Job) -> bytes | tuple[FileResult, None]:
@@ -236,7 +255,7 @@ def _translate_kept(job: Job, memo: TranslationMemo, package_key: str | None) ->
     return memo.translate(key, lambda: translate_bytes(job, raw))
 
 
-def translate_bytes(job: Job, raw: bytes) -> tuple[FileResult, bytes | None]:
+def translate_bytes(job: Job, raw: bytes, parsed: Parsed | None = None) -> tuple[FileResult, bytes | None]:
     """``translate_file`` of the file's bytes, already read."""
     if job.source.suffix != ".py":
         return FileResult(job.rel, "copied"), raw
@@ -245,12 +264,14 @@ def translate_bytes(job: Job, raw: bytes) -> tuple[FileResult, bytes | None]:
         return decoded, raw
     text, encoding = decoded
     with collection.one_file():
-        return _translate_text(job, raw, text, encoding)
+        return _translate_text(job, raw, text, encoding, parsed.module if parsed and parsed.raw == raw else None)
 
 
-def _translate_text(job: Job, raw: bytes, text: str, encoding: str) -> tuple[FileResult, bytes | None]:
+def _translate_text(job: Job, raw: bytes, text: str, encoding: str,
+                    module: cst.Module | None = None) -> tuple[FileResult, bytes | None]:
     try:
-        module = cst.parse_module(text)
+        if module is None:
+            module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         line, message = _python_syntax_error(text, job.rel, exc)
         return FileResult(job.rel, "error", error=f"does not parse as Python: {message}", error_line=line), raw
@@ -423,7 +444,8 @@ def migrate(
 ) -> RunReport:
     """Translate ``source`` into ``out`` (see the module's docstring). ``memo``: translations a
     long-lived caller keeps between runs (the daemon); a file whose bytes and package facts
-    are unchanged is not translated again. Used with ``jobs=1`` only."""
+    are unchanged is not translated again. Used when the files are translated in this process
+    (``jobs=1``, or one file)."""
     source = resolved(source, "the source")
     if not source.exists():
         raise FileNotFoundError(source)
@@ -442,22 +464,34 @@ def migrate(
     elif not dry_run:
         remove_stale_temps(target)
     readable = [e for e in entries if e.refused is None]
-    with collection.one_file():  # the pre-pass' trees stay alive: a collection would walk them again and again
-        package = scan_package(root, [e.path for e in readable if e.path.suffix == ".py"])
-    with collection.settled():
-        return _migrate_scanned(source, target, root, entries, readable, package, single=single, in_place=in_place,
-                                dry_run=dry_run, jobs=jobs, progress=progress, memo=memo)
-
-
-def _migrate_scanned(source: Path, target: Path, root: Path, entries: list, readable: list, package: PackageInfo, *,
-                     single: bool, in_place: bool, dry_run: bool, jobs: int, progress, memo) -> RunReport:
-    """``migrate`` once the package is scanned: translate, write, report."""
     imports_from = support_module.import_name(root)
-    work = [Job(e.rel, e.path, package, imports_from) for e in readable]
+    work = [Job(e.rel, e.path, None, imports_from) for e in readable]
+    # with -j N the workers start now: they parse files while this process scans the package
+    with (Workers(work, jobs, translate=translate_file, parse=parse_ahead) if jobs > 1 and len(work) > 1
+          else contextlib.nullcontext()) as workers:
+        with collection.one_file():  # the pre-pass' trees stay alive: a collection would walk them again and again
+            package = scan_package(root, [e.path for e in readable if e.path.suffix == ".py"])
+        with collection.settled():
+            translated = (workers.results(package, progress) if workers is not None
+                          else _translate_here(work, package, progress, memo))
+    with collection.settled():
+        return _write_all(source, target, root, entries, translated, single=single, in_place=in_place,
+                          dry_run=dry_run)
+
+
+def _translate_here(work: list[Job], package: PackageInfo, progress, memo: TranslationMemo | None) -> list:
+    """Every job translated in this process, through ``memo`` if there is one."""
     one = translate_file
-    if memo is not None and jobs <= 1:
+    if memo is not None:
         one = functools.partial(_translate_kept, memo=memo, package_key=package_digest(package))
-    translated = iter(_translate_all(work, jobs, progress, one))
+    work = [dataclasses.replace(job, package=package) for job in work]
+    return [one(job) for job in (progress(work, len(work)) if progress else work)]
+
+
+def _write_all(source: Path, target: Path, root: Path, entries: list, translated: list, *,
+               single: bool, in_place: bool, dry_run: bool) -> RunReport:
+    """``migrate`` once every file is translated: write, report."""
+    translated = iter(translated)
     report = RunReport(str(source), str(target))
     for entry in entries:
         result, data = (entry.refused, None) if entry.refused is not None else next(translated)
@@ -472,87 +506,6 @@ def _migrate_scanned(source: Path, target: Path, root: Path, entries: list, read
             report.files[-1] = FileResult(entry.rel, "error", error=failure)
     _write_support(report, target.parent if single else target, dry_run, None if in_place else source)
     return report
-
-
-def _translate_all(work: list[Job], jobs: int, progress, one=translate_file) -> list[tuple[FileResult, bytes | None]]:
-    if jobs <= 1 or len(work) <= 1:
-        return [one(job) for job in (progress(work, len(work)) if progress else work)]
-    before = set(multiprocessing.active_children())
-    # The package facts (every module's syntax tree: megabytes) go to each worker once, with
-    # its start (not pickled at all under fork), instead of once per chunk of jobs.
-    package = work[0].package
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(os.getpid(), package))
-    try:
-        # largest files first, one at a time: files differ in size by 100x, and a worker left with
-        # a large file at the end keeps the others idle; a job carries paths, not the package
-        order = sorted(range(len(work)), key=lambda i: -_size(work[i].source))
-        shared = [dataclasses.replace(work[i], package=None) for i in order]  # one package: ``migrate``'s
-        # submitted one by one rather than by ``map``: a ``map`` interrupted cancels its pending
-        # futures from this thread while the pool's manager thread may be failing them as broken
-        # (CPython 3.11 then prints an InvalidStateError traceback); ``shutdown`` below cancels
-        # them from the manager thread itself
-        futures = [pool.submit(_translate_shared, job) for job in shared]
-        results = (future.result() for future in futures)
-        done: list = [None] * len(work)
-        for i, result in zip(order, progress(results, len(work)) if progress else results):
-            done[i] = result
-    except BaseException:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
-        manager = getattr(pool, "_executor_manager_thread", None)  # shutdown(wait=False) forgets it
-        results_pipe = getattr(getattr(pool, "_result_queue", None), "_writer", None)
-        pool.shutdown(wait=False, cancel_futures=True)
-        workers = set(multiprocessing.active_children()) - before
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.join(timeout=5)
-        # A worker killed while sending its result leaves half a message in the pipe, and the
-        # manager thread waits for the rest forever (the interpreter's exit then joins it, and
-        # hangs). With every worker gone, this process holds the pipe's last write end: closed,
-        # the wait ends in EOF, which the pool takes as broken.
-        if results_pipe is not None:
-            results_pipe.close()
-        # the pool's manager thread sees its workers gone and ends; joined here, it cannot race
-        # the interpreter's exit hook for the pool's wake-up pipe (CPython 3.11 then prints an
-        # EBADF traceback at exit)
-        if manager is not None:
-            manager.join(timeout=10)
-        raise
-    pool.shutdown()
-    return done
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0  # translate_file reports it
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-_WORKER_PACKAGE: PackageInfo | None = None  # a pool worker's package facts, given once at its start
-
-
-def _translate_shared(job: Job) -> tuple[FileResult, bytes | None]:
-    """``translate_file`` in a pool worker, on the package facts the worker was started with."""
-    return translate_file(dataclasses.replace(job, package=_WORKER_PACKAGE))
-
-
-def _worker_start(parent: int, package: PackageInfo | None = None) -> None:
-    """A pool worker dies with its parent, even a SIGKILLed one (Linux: PR_SET_PDEATHSIG);
-    Ctrl-C, which reaches the whole process group, is for the parent to handle."""
-    global _WORKER_PACKAGE
-    _WORKER_PACKAGE = package
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the CLI's process had when it forked
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # the parent died before the signal was asked for
-        os._exit(1)
 
 
 def _write_support(report: RunReport, out_root: Path, dry_run: bool, source: Path | None) -> None:
