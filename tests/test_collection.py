@@ -34,6 +34,28 @@ def test_paused_inside_and_collected_after():
     assert dead() is None  # and is collected when the file is done
 
 
+def test_one_young_collection_per_file_and_none_started_by_the_next_allocation():
+    """Collected after the collector was back on, the file's objects (all counted as new)
+    started a collection of their own at the next allocation, and every tenth file or so a
+    full one over the whole process."""
+    seen: list[int] = []
+
+    def record(phase, info):
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(record)
+    try:
+        for _ in range(30):
+            with one_file():
+                kept = [[i] for i in range(5_000)]  # far more new objects than a collection waits for
+            after = [[i] for i in range(50)]  # what the caller allocates next
+    finally:
+        gc.callbacks.remove(record)
+    assert kept and after
+    assert seen == [0] * 30
+
+
 def test_nested_uses_collect_once_at_the_outermost():
     with one_file():
         with one_file():

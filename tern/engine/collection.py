@@ -21,12 +21,16 @@ def one_file() -> Iterator[None]:
     """Collect the cycles of what runs inside once, at the end (nested uses: the outermost
     collects; a collector the caller disabled stays disabled)."""
     enabled = gc.isenabled()
+    gc.disable()
     try:
-        with paused():
-            yield
+        yield
     finally:
         if enabled:
+            # before the collector is back on: its count of new objects (the whole file's) is
+            # then reset, and the next allocation does not start a collection of its own, nor,
+            # every tenth file or so, a full one over every object in the process
             gc.collect(0)
+            gc.enable()
 
 
 @contextlib.contextmanager
