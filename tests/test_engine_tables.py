@@ -87,3 +87,19 @@ with open("x") as f:
     info = PackageInfo()
     scan_source(source, "m", info, training_layer_names())
     assert info.model_builders == {"build", "in_branch", "in_handler", "inner", "in_case", "in_with"}
+
+
+def test_names_spelled_with_other_unicode_letters_are_still_found():
+    """The pre-pass skips walks for names a module's text does not hold (``may_name``), but
+    Python folds identifiers to NFKC: ``Ｍodel`` (a full-width M) is ``Model``."""
+    source = (
+        "import tensorflow as tf\n"
+        "from tensorflow.keras import layers\n"
+        "def build():\n    return tf.keras.\uff2dodel()\n"
+        "def block(x):\n    return layers.\uff24ropout(0.1)(x)\n"
+    )
+    assert "Model" not in source and "Dropout" not in source
+    info = PackageInfo()
+    scan_source(source, "m", info, training_layer_names())
+    assert info.model_builders == {"build"} and info.factories == {"build"}
+    assert info.training_helpers == {"block"}

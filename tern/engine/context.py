@@ -10,7 +10,7 @@ from typing import TypeVar
 import libcst as cst
 
 from tern.engine.features import features
-from tern.engine.names import Scopes
+from tern.engine.names import Scopes, may_name
 from tern.engine.package import PackageInfo
 from tern.engine.records import Tables
 from tern.engine.report import Edit, Note, Todo
@@ -101,7 +101,7 @@ class FileContext:
         known = self._mentioned.get(words)
         if known is None:
             text = self.source
-            known = self._mentioned[words] = text is None or not text.isascii() or any(word in text for word in words)
+            known = self._mentioned[words] = text is None or may_name(text, words)
         return known
 
     def resolve(self, node: cst.BaseExpression) -> str | None:

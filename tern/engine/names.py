@@ -238,6 +238,13 @@ def ast_scope(fn) -> tuple[set[str], dict[str, str]]:
     return bound, imports
 
 
+def may_name(text: str, names) -> bool:
+    """Whether code in ``text`` may spell one of ``names``: written in it, or the text is not
+    ASCII (Python folds other identifiers to NFKC, which may spell a name differently). A test
+    before parsing or walking for those names."""
+    return not text.isascii() or any(name in text for name in names)
+
+
 @functools.lru_cache(maxsize=4)
 def parsed(text: str) -> ast.Module:
     """``ast.parse(text)`` once per text: a file's source is read by its name facts and its

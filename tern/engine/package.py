@@ -15,7 +15,7 @@ from typing import Iterator, TypeVar
 from tern.engine import collection
 from tern.engine.ast_walks import children as ast_children, kept_walks, walk as ast_walk
 from tern.engine.features import features
-from tern.engine.names import ast_tail
+from tern.engine.names import ast_tail, may_name
 
 T = TypeVar("T")
 
@@ -352,9 +352,12 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         return
     for feature in features():
         feature.scan(info, tree, module, _is_test_module(module), source)
+    # most modules name neither: their functions are not walked for what they cannot call
+    may_build_models = may_name(source, ("Model", "Sequential"))
+    may_build_training = may_name(source, training_layers)
     builds_model: dict[int, bool] = {}  # id(function) -> whether it calls Model/Sequential, for the loop below too
     for node in _function_defs(tree):
-        builds_model[id(node)] = _returns_model(node)
+        builds_model[id(node)] = may_build_models and _returns_model(node)
         if builds_model[id(node)]:
             info.model_builders.add(node.name)
     for node in tree.body:
@@ -366,7 +369,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             info.functions.append(node)
             if is_config_copy(node):
                 info.config_copies.add(node.name)
-        if isinstance(node, ast.FunctionDef) and _returns_plain_sequential(node, training_layers):
+        if isinstance(node, ast.FunctionDef) and may_build_models and _returns_plain_sequential(node, training_layers):
             info.sequential_factories.add(node.name)
         if isinstance(node, ast.ClassDef):
             bases = tuple(ast_tail(b) for b in node.bases)
@@ -376,7 +379,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
             )
         elif isinstance(node, ast.FunctionDef) and builds_model[id(node)]:
             info.factories.add(node.name)
-        elif isinstance(node, ast.FunctionDef) and _builds_training_layers(node, training_layers) and not _has_param(node, "training"):
+        elif (isinstance(node, ast.FunctionDef) and may_build_training and _builds_training_layers(node, training_layers)
+              and not _has_param(node, "training")):
             info.training_helpers.add(node.name)
 
 

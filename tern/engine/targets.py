@@ -15,7 +15,7 @@ import libcst as cst
 
 from tern.engine.ast_walks import children as ast_children
 from tern.engine.dispatch import CachedHooks
-from tern.engine.names import ast_scope, dotted_name, import_bindings, parsed
+from tern.engine.names import ast_scope, dotted_name, import_bindings, may_name, parsed
 from tern.engine.records import TargetModule
 from tern.engine.results import code, module_code
 from tern.engine.transform import transform
@@ -204,7 +204,7 @@ def finalize_imports(
     names_read = None
     if bound_by_source:
         rest = module_text(module.with_changes(body=[stmt for stmt, source in zip(body, sources) if not source]))
-        if not rest.isascii() or any(name in rest for name in bound_by_source):  # else nothing can read them
+        if may_name(rest, bound_by_source):  # else nothing can read them
             used = names_read = names_in_use(module_text(module))
     removed: list[str] = []
     kept: list[cst.CSTNode] = []

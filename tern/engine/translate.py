@@ -21,7 +21,8 @@ from tern.engine.dispatch import CachedHooks
 from tern.engine.features import KeptTF, features
 from tern.engine.results import Refusal
 from tern.engine.layers import Stateless, apply_stateless, call_arguments, construct, stateless_lambda
-from tern.engine.names import Canonicalizer, Scopes, dotted_name, import_bindings, parsed, short_name as _short_name, source_facts
+from tern.engine.names import (Canonicalizer, Scopes, dotted_name, import_bindings, may_name, parsed,
+                               short_name as _short_name, source_facts)
 from tern.engine.package import PackageInfo, close_over_bases, scan_source, training_layer_names
 from tern.engine.records import ApiRecord, Tables, tables as default_tables
 from tern.engine.render import api_call, commas, bind
@@ -877,7 +878,7 @@ def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts,
     body = [s for s in module.body if not _imports_from(s, support_module)]
     stripped = module.with_changes(body=body)
     text = texts.code(stripped)
-    if not _may_use_support(text):
+    if not may_name(text, support_names()):  # a cheap test before parsing
         return _SupportImport(stripped, (), "", text)
     used = (names_in_use(text) if names_read is None else names_read) & support_names()
     used = sorted(used - _module_bound(parsed(text))) if used else []
@@ -902,12 +903,6 @@ def _import_support(module: cst.Module, support_module: str, texts: ModuleTexts,
 def _imports_from(stmt: cst.CSTNode, support_module: str) -> bool:
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.ImportFrom)
             and stmt.body[0].module is not None and dotted_name(stmt.body[0].module) == support_module)
-
-
-def _may_use_support(text: str) -> bool:
-    """Cheap test before parsing: a name the code uses is written in its text (an ASCII text:
-    Python folds other identifiers to NFKC, which could spell a support name differently)."""
-    return not text.isascii() or any(name in text for name in support_names())
 
 
 def _module_bound(tree) -> set[str]:

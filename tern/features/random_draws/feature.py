@@ -36,6 +36,8 @@ class RandomDraws(Feature):
 
     def close(self, info) -> None:
         facts = info.fact(DrawFacts)
+        if not facts.functions:
+            return  # no function draws: none calls one that does
         plain = {fn.name for fn in info.functions if key_is_free(fn)} - info.claimed_functions() \
             - info.factories - info.model_builders - info.training_helpers  # those get keys their own way, or are modules
         facts.functions = close_over_calls(facts.functions & plain, info.calls, plain)

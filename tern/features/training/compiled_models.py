@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tern.engine.ast_walks import own_nodes, walk as ast_walk
-from tern.engine.names import ast_tail
+from tern.engine.names import ast_tail, may_name
 from tern.features.training.step_overrides import ClassSteps, analyse_class
 
 #: methods and attributes of a Keras model the trainer stands in for
@@ -65,9 +65,11 @@ class ModelFacts:
     freezing: set[str] = field(default_factory=set)
 
 
-def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts) -> None:
-    """Per-module facts (the call-site analysis waits for every module: ``analyse``)."""
+def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts, source: str | None = None) -> None:
+    """Per-module facts (the call-site analysis waits for every module: ``analyse``).
+    ``source``: the module's text, when known (a class not naming ``trainable`` is not walked for it)."""
     facts.trees.append((module, tree, is_test))
+    may_freeze = source is None or may_name(source, ("trainable",))
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             for item in node.body:
@@ -75,7 +77,7 @@ def scan_module(tree: ast.Module, module: str, is_test: bool, facts: ModelFacts)
                     facts.overrides[node.name] = (*facts.overrides.get(node.name, ()), item.name)
             if node.name in facts.overrides:
                 facts.steps[node.name] = analyse_class(node)
-        if isinstance(node, ast.ClassDef):  # a function's flags: rules/structure/frozen_layers.py, which the trainer reads
+        if may_freeze and isinstance(node, ast.ClassDef):  # a function's flags: rules/structure/frozen_layers.py, which the trainer reads
             for inner in ast_walk(node):
                 if isinstance(inner, (ast.Assign, ast.AugAssign)) and any(
                         isinstance(t, ast.Attribute) and t.attr == "trainable"

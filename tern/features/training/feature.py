@@ -9,6 +9,7 @@ import libcst as cst
 
 from tern.engine.ast_walks import walk as ast_walk
 from tern.engine.features import Feature
+from tern.engine.names import may_name
 from tern.engine.results import Refusal
 from tern.features.training.compiled_models import ModelFacts, analyse as analyse_models, scan_module as scan_models
 from tern.features.training.multi_state_steps import draw_state
@@ -36,8 +37,8 @@ class Training(Feature):
 
     def scan(self, info, tree: ast.Module, module: str, is_test: bool, source: str) -> None:
         facts = info.fact(TrainingFacts)
-        scan_models(tree, module, is_test, facts.models)
-        if is_test:
+        scan_models(tree, module, is_test, facts.models, source)
+        if is_test or not may_name(source, ("optimizers",)):  # what ``_is_optimizer_call`` looks for
             return
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef):
