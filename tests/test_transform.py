@@ -26,13 +26,22 @@ class Recorder(CachedHooks):
     def __init__(self):
         self.log: list[tuple[str, type, int]] = []
 
-    def on_visit(self, node):
-        self.log.append(("visit", type(node), id(node)))
-        return super().on_visit(node)
+    def hooks_of(self, kind):
+        """Every node type's hooks, logged (LibCST's visit and ``transform`` both call these)."""
+        table = self.hook_table()
+        if kind not in table:
+            enter, leave = super().hooks_of(kind)
 
-    def on_leave(self, original, updated):
-        self.log.append(("leave", type(original), id(original)))
-        return super().on_leave(original, updated)
+            def logged_enter(transformer, node):
+                transformer.log.append(("visit", type(node), id(node)))
+                return enter is None or enter(transformer, node)
+
+            def logged_leave(transformer, original, updated):
+                transformer.log.append(("leave", type(original), id(original)))
+                return updated if leave is None else leave(transformer, original, updated)
+
+            table[kind] = (logged_enter, logged_leave)
+        return table[kind]
 
     def leave_Name(self, original, updated):
         return updated.with_changes(value="jnp") if updated.value == "tf" else updated
@@ -136,3 +145,10 @@ def test_a_hook_returning_a_non_node_fails_as_in_libcst():
 def test_only_transformers_that_call_no_field_hooks_are_taken():
     with pytest.raises(TypeError, match="CachedHooks"):
         transform(cst.parse_module("x = 1\n"), cst.CSTTransformer())
+
+    class Overriding(CachedHooks):
+        def on_leave(self, original, updated):  # ``transform`` would not call it
+            return cst.RemoveFromParent()
+
+    with pytest.raises(TypeError, match="overrides no on_visit or on_leave"):
+        transform(cst.parse_module("x = 1\n"), Overriding())

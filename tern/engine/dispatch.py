@@ -79,11 +79,18 @@ class CachedHooks(cst.CSTTransformer):
     file's trees it holds) would wait for the cyclic collector instead of going when the file
     is done."""
 
-    def _hooks(self, kind: type) -> tuple[Callable | None, Callable | None]:
+    def hook_table(self) -> dict[type, tuple[Callable | None, Callable | None]]:
+        """Node type -> its (visit, leave) hook functions, as far as ``hooks_of`` filled it."""
         try:
-            table = self.__dict__["_hook_table"]
+            return self.__dict__["_hook_table"]
         except KeyError:
             table = self.__dict__["_hook_table"] = class_table(_CLASS_TABLES, type(self)) if not own_hooks(self) else {}
+            return table
+
+    def hooks_of(self, kind: type) -> tuple[Callable | None, Callable | None]:
+        """The (visit, leave) hook functions for nodes of type ``kind``, each called with the
+        transformer first; None where there is none."""
+        table = self.hook_table()
         pair = table.get(kind)
         if pair is None:
             visit, leave = hooks(self, cst.CSTTransformer, kind)
@@ -102,14 +109,14 @@ class CachedHooks(cst.CSTTransformer):
         try:  # called for every node: the table read inline, filled on a miss
             visit = self._hook_table[node.__class__][0]
         except (AttributeError, KeyError):
-            visit = self._hooks(node.__class__)[0]
+            visit = self.hooks_of(node.__class__)[0]
         return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node, updated_node):
         try:
             leave = self._hook_table[original_node.__class__][1]
         except (AttributeError, KeyError):
-            leave = self._hooks(original_node.__class__)[1]
+            leave = self.hooks_of(original_node.__class__)[1]
         return updated_node if leave is None else leave(self, original_node, updated_node)
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:

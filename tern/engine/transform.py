@@ -39,15 +39,22 @@ def transform(root: cst.CSTNode, transformer: CachedHooks) -> cst.CSTNode | cst.
     """``root.visit(transformer)``, rebuilding only what changed."""
     if not isinstance(transformer, CachedHooks):
         raise TypeError("transform() takes a CachedHooks transformer (one that calls no per-field hooks)")
-    on_visit, on_leave = transformer.on_visit, transformer.on_leave
+    if type(transformer).on_visit is not CachedHooks.on_visit or type(transformer).on_leave is not CachedHooks.on_leave:
+        raise TypeError("transform() calls the hooks itself: a CachedHooks transformer overrides no on_visit or on_leave")
+    # ``on_visit`` and ``on_leave`` written inline: a call less each, for every node of the tree
+    table, hooks_of, rebuilds, results = transformer.hook_table(), transformer.hooks_of, _REBUILD, _RESULTS
 
     def visit(node):
-        if on_visit(node):
-            updated = (_REBUILD.get(node.__class__) or _learn(node.__class__))(node, visit, transformer)
+        kind = node.__class__
+        enter, leave = table.get(kind) or hooks_of(kind)
+        if enter is None or enter(transformer, node) is not False:
+            updated = (rebuilds.get(kind) or _learn(kind))(node, visit, transformer)
         else:
             updated = node
-        result = on_leave(node, updated)
-        if result.__class__ not in _RESULTS:
+        if leave is None:
+            return updated
+        result = leave(transformer, node, updated)
+        if result.__class__ not in results:
             _check_result(result)
         return result
 
