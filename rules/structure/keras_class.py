@@ -791,12 +791,13 @@ class _Stores:
             self._counts = Counter()
             for stmt in self._body:
                 for node in nodes(stmt):
-                    if isinstance(node, cst.AssignTarget):
+                    kind = node.__class__  # LibCST's concrete classes (an ABC's isinstance that fails is slow)
+                    if kind is cst.AssignTarget:
                         target = node.target.value if isinstance(node.target, cst.Subscript) else node.target
                         stored = _self_attr(target)
-                    elif isinstance(node, cst.AugAssign):
+                    elif kind is cst.AugAssign:
                         stored = _self_attr(node.target)
-                    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                    elif kind is cst.Call and isinstance(node.func, cst.Attribute):
                         stored = _self_attr(node.func.value)
                     else:
                         continue
@@ -884,9 +885,10 @@ def _names_read(node: cst.CSTNode) -> list[cst.Name]:
     stack = [node]
     while stack:
         item = stack.pop()
-        if isinstance(item, (cst.Attribute, cst.Arg)):
+        kind = item.__class__  # LibCST's concrete classes (an ABC's isinstance that fails is slow)
+        if kind is cst.Attribute or kind is cst.Arg:
             stack.append(item.value)
-        elif isinstance(item, cst.Name):
+        elif kind is cst.Name:
             found.append(item)
         else:
             below = children(item)

@@ -22,10 +22,10 @@ SOURCE_ROOTS = ("tensorflow", "keras", "tf_keras")
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     parts = []
-    while isinstance(node, cst.Attribute):
+    while node.__class__ is cst.Attribute:  # LibCST's concrete classes (an ABC's isinstance that fails is slow)
         parts.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name):
+    if node.__class__ is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))

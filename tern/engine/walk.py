@@ -58,7 +58,7 @@ def _present(value) -> tuple | list:
     """A field that may hold nothing (None, MaybeSentinel), one node, or a sequence of them."""
     if value is None or value.__class__ is cst.MaybeSentinel:
         return ()
-    return (value,) if isinstance(value, cst.CSTNode) else value
+    return value if value.__class__ is tuple or value.__class__ is list else (value,)  # not isinstance of an ABC: slow
 
 
 def _compiled(fields: dict[str, set[str]]) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
