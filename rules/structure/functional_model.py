@@ -28,16 +28,19 @@ SEQUENTIALS = {"keras.Sequential", "keras.models.Sequential"}
 
 def _calls_in(node: cst.CSTNode, ctx, names: set[str]) -> set[str]:
     """Which of ``names`` the node calls (one walk)."""
-    found: set[str] = set()
+    calls = _Calls(ctx, names)
+    walk(node, calls)
+    return calls.found
 
-    class V(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            name = ctx.resolve(call.func)
-            if name in names:
-                found.add(name)
 
-    walk(node, V())
-    return found
+class _Calls(cst.CSTVisitor):
+    def __init__(self, ctx, names: set[str]):
+        self.ctx, self.names, self.found = ctx, names, set()
+
+    def visit_Call(self, call: cst.Call) -> None:
+        name = self.ctx.resolve(call.func)
+        if name in self.names:
+            self.found.add(name)
 
 
 def _input_target(stmt: cst.CSTNode, ctx) -> str | None:
@@ -300,15 +303,8 @@ def _concrete_input(ctx, call: cst.Call) -> cst.BaseExpression | str:
 
 
 def _uses_method_of(stmt: cst.CSTNode, var: str) -> bool:
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if m.matches(node.value, m.Name(var)):
-                found.append(node)
-
-    walk(stmt, V())
-    return bool(found)
+    """Whether ``stmt`` reads an attribute of the name ``var``."""
+    return any(m.matches(node.value, m.Name(var)) for node in findall(stmt, m.Attribute()))
 
 
 RULE = FunctionalModelRule()

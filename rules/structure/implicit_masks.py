@@ -311,19 +311,22 @@ def _bodies(node: cst.CSTNode):
 
 def _self_calls(cls: cst.ClassDef, exclude: cst.FunctionDef) -> set[str]:
     """``self.X`` attributes called in the class's methods other than ``exclude``."""
-    found: set[str] = set()
+    calls = _SelfCalls(exclude)
+    walk(cls, calls)
+    return calls.found
 
-    class V(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is not exclude
 
-        def visit_Call(self, node: cst.Call) -> None:
-            func = node.func
-            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-                found.add(func.attr.value)
+class _SelfCalls(cst.CSTVisitor):
+    def __init__(self, exclude: cst.FunctionDef):
+        self.exclude, self.found = exclude, set()
 
-    walk(cls, V())
-    return found
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is not self.exclude
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            self.found.add(func.attr.value)
 
 
 class ImplicitMasksRule(Rule):

@@ -49,27 +49,30 @@ def _watched(stmt: cst.BaseStatement, tape: str) -> list[str] | None:
 
 def stores(*nodes: cst.CSTNode) -> set[str]:
     """Names bound by assignments and loop targets in ``nodes`` (not inside nested functions)."""
-    out: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_AssignTarget(self, n):
-            out.update(x.value for x in findall(n, m.Name()))
-
-        def visit_AugAssign(self, n):
-            out.update(x.value for x in findall(n.target, m.Name()))
-
-        def visit_AnnAssign(self, n):
-            out.update(x.value for x in findall(n.target, m.Name()))
-
-        def visit_For(self, n):
-            out.update(x.value for x in findall(n.target, m.Name()))
-
-        def visit_FunctionDef(self, n):
-            return False
-
+    found = _Stores()
     for node in nodes:
-        walk(node, Visitor())
-    return out
+        walk(node, found)
+    return found.out
+
+
+class _Stores(cst.CSTVisitor):
+    def __init__(self):
+        self.out: set[str] = set()
+
+    def visit_AssignTarget(self, n):
+        self.out.update(x.value for x in findall(n, m.Name()))
+
+    def visit_AugAssign(self, n):
+        self.out.update(x.value for x in findall(n.target, m.Name()))
+
+    def visit_AnnAssign(self, n):
+        self.out.update(x.value for x in findall(n.target, m.Name()))
+
+    def visit_For(self, n):
+        self.out.update(x.value for x in findall(n.target, m.Name()))
+
+    def visit_FunctionDef(self, n):
+        return False
 
 
 def names_in(node: cst.CSTNode) -> set[str]:

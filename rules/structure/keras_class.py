@@ -96,26 +96,22 @@ def _methods(node: cst.ClassDef) -> dict[str, cst.FunctionDef]:
 
 def _assignments(body: cst.CSTNode):
     """(attr, value) for every ``self.attr = value`` anywhere in a method body."""
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                attr = _self_attr(target.target)
-                if attr is not None:
-                    found.append((attr, node.value))
-                elif isinstance(target.target, (cst.Tuple, cst.List)):
-                    # ``self.us, self.vs = [], []``: each attribute with its own value when the
-                    # right side is a same-length tuple, else with the whole value
-                    elements = target.target.elements
-                    values = node.value.elements if isinstance(node.value, (cst.Tuple, cst.List)) else None
-                    for i, element in enumerate(elements):
-                        attr = _self_attr(element.value)
-                        if attr is not None:
-                            value = values[i].value if values is not None and len(values) == len(elements) else node.value
-                            found.append((attr, value))
-
-    walk(body, V())
+    found: list[tuple[str, cst.BaseExpression]] = []
+    for node in findall(body, m.Assign()):  # every ``Assign``, in the order a visitor meets them
+        for target in node.targets:
+            attr = _self_attr(target.target)
+            if attr is not None:
+                found.append((attr, node.value))
+            elif isinstance(target.target, (cst.Tuple, cst.List)):
+                # ``self.us, self.vs = [], []``: each attribute with its own value when the
+                # right side is a same-length tuple, else with the whole value
+                elements = target.target.elements
+                values = node.value.elements if isinstance(node.value, (cst.Tuple, cst.List)) else None
+                for i, element in enumerate(elements):
+                    attr = _self_attr(element.value)
+                    if attr is not None:
+                        value = values[i].value if values is not None and len(values) == len(elements) else node.value
+                        found.append((attr, value))
     return found
 
 
@@ -145,24 +141,28 @@ def _bind_loop_layers(fn: cst.FunctionDef, info: KerasClass, frame) -> None:
     """``for block in self.blocks`` / ``for d, n in zip(self.denses, self.norms)``: the loop
     variables are elements of sublayer lists, so their calls get the layer call mapping."""
 
-    class V(cst.CSTVisitor):
-        def visit_For(self, node: cst.For) -> None:
-            lists, targets = [], []
-            attr = _self_attr(node.iter)
-            if attr is not None:
-                lists, targets = [attr], [node.target]
-            elif m.matches(node.iter, m.Call(func=m.Name("zip"))) and isinstance(node.target, cst.Tuple):
-                lists = [_self_attr(a.value) for a in node.iter.args]
-                targets = [e.value for e in node.target.elements]
-            for attr, target in zip(lists, targets):
-                ref = info.sublayers.get(attr) if attr else None
-                if ref is not None and ref.many and isinstance(target, cst.Name):
-                    frame.layers[target.value] = LayerRef(record=ref.record, package_class=ref.package_class)
+    walk(fn, _LoopLayers(fn, info, frame))
 
-        def visit_FunctionDef(self, node) -> bool:
-            return node is fn
 
-    walk(fn, V())
+class _LoopLayers(cst.CSTVisitor):
+    def __init__(self, fn: cst.FunctionDef, info: KerasClass, frame):
+        self.fn, self.info, self.frame = fn, info, frame
+
+    def visit_For(self, node: cst.For) -> None:
+        lists, targets = [], []
+        attr = _self_attr(node.iter)
+        if attr is not None:
+            lists, targets = [attr], [node.target]
+        elif m.matches(node.iter, m.Call(func=m.Name("zip"))) and isinstance(node.target, cst.Tuple):
+            lists = [_self_attr(a.value) for a in node.iter.args]
+            targets = [e.value for e in node.target.elements]
+        for attr, target in zip(lists, targets):
+            ref = self.info.sublayers.get(attr) if attr else None
+            if ref is not None and ref.many and isinstance(target, cst.Name):
+                self.frame.layers[target.value] = LayerRef(record=ref.record, package_class=ref.package_class)
+
+    def visit_FunctionDef(self, node) -> bool:
+        return node is self.fn
 
 
 def _is_flax_module_call(value: cst.BaseExpression) -> bool:
@@ -261,16 +261,7 @@ def _passes_activity_regularizer(init: cst.FunctionDef) -> bool:
 
 
 def _self_attrs_used(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Attribute(self, attr: cst.Attribute) -> None:
-            name = _self_attr(attr)
-            if name is not None:
-                found.add(name)
-
-    walk(node, V())
-    return found
+    return {name for attr in findall(node, m.Attribute()) if (name := _self_attr(attr)) is not None}
 
 
 def _collection(call: cst.Call) -> str:
@@ -347,19 +338,9 @@ def _list_copies(names) -> list[cst.BaseStatement]:
 
 
 def _rebound(body: cst.CSTNode, names: set[str]) -> set[str]:
-    out: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_AssignTarget(self, node):
-            if isinstance(node.target, cst.Name) and node.target.value in names:
-                out.add(node.target.value)
-
-        def visit_AugAssign(self, node):
-            if isinstance(node.target, cst.Name) and node.target.value in names:
-                out.add(node.target.value)
-
-    walk(body, V())
-    return out
+    """Which of ``names`` ``body`` assigns (``x = ...``, ``x += ...``), at any depth."""
+    stores = (*findall(body, m.AssignTarget()), *findall(body, m.AugAssign()))
+    return {node.target.value for node in stores if isinstance(node.target, cst.Name) and node.target.value in names}
 
 
 def _translated_params(stmts) -> dict[str, cst.Param]:
@@ -1006,13 +987,7 @@ def _resolved_once(setup) -> dict[str, str]:
     if not isinstance(setup, cst.FunctionDef):
         return {}
     found: dict[str, str | None] = {}
-    stores: list[str] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Assign(self, node):
-            stores.extend(a for a in (_self_attr(t.target) for t in node.targets) if a is not None)
-
-    walk(setup, _Collect())
+    stores = [a for node in findall(setup, m.Assign()) for a in (_self_attr(t.target) for t in node.targets) if a is not None]
     for node in setup.body.body:  # top-level statements: they run on every way through setup
         for small in getattr(node, "body", ()) if isinstance(node, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1:

@@ -20,7 +20,7 @@ from tern.engine.render import commas
 from tern.engine.results import Refusal, code
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
-from tern.engine.walk import walk
+from tern.engine.walk import findall
 from tern.engine.transform import transform
 
 SEQUENTIAL = {"keras.Sequential", "keras.models.Sequential"}
@@ -296,15 +296,7 @@ def _inputs_out_of_lists(ctx, stmts, new, lists):
 
 
 def _mentions(stmt, name: str) -> bool:
-    found = []
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, node):
-            if node.value == name:
-                found.append(node)
-
-    walk(stmt, V())
-    return bool(found)
+    return any(node.value == name for node in findall(stmt, m.Name()))
 
 
 def _sequential_value(ctx, stmt):

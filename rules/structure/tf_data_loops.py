@@ -15,12 +15,13 @@ methods (Flax modules) and in functions tf.data itself runs are left alone.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tern.engine.dispatch import CachedHooks
 from tern.engine.results import code
 from tern.engine.rule import Rule
 from tern.engine.templates import expand_template
-from tern.engine.walk import walk
+from tern.engine.walk import findall, walk
 from tern.engine.transform import transform
 from tern.features.tf_data.datasets import FileDatasets, parse_expression
 
@@ -44,14 +45,7 @@ class _Passed(cst.CSTVisitor):
 
 
 def _names(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-    walk(node, Collect())
-    return found
+    return {name.value for name in findall(node, m.Name())}
 
 
 def _feeds_a_call(target: cst.BaseExpression, *body: cst.CSTNode) -> bool:
