@@ -63,12 +63,14 @@ class MaskFacts:
     makes_masks: bool = False
 
 
-def mask_facts(cls: ast.ClassDef) -> MaskFacts:
+def mask_facts(cls: ast.ClassDef, walked: bool = True) -> MaskFacts:
+    """``walked``: False when the class' text names neither ``mask_zero`` nor ``supports_masking``
+    (its nodes are then not read for them)."""
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     call = methods.get("call")
     takes_mask = _has_param(call, "mask") if call is not None else None
     makes, supports = False, []  # one walk for both
-    for node in ast_walk(cls):
+    for node in ast_walk(cls) if walked else ():
         if isinstance(node, ast.keyword) and node.arg == "mask_zero" and not (isinstance(node.value, ast.Constant) and node.value.value is False):
             makes = True
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
@@ -184,9 +186,10 @@ def config_copy_of(node: ast.expr) -> str | None:
     return copied if ast.unparse(inner.func.value) == copied else None
 
 
-def _weights(cls: ast.ClassDef) -> dict[str, WeightInfo]:
+def _weights(cls: ast.ClassDef, walked: bool = True) -> dict[str, WeightInfo]:
+    """``walked``: False when the class' text names no ``add_weight``."""
     out: dict[str, WeightInfo] = {}
-    for node in ast_walk(cls):
+    for node in ast_walk(cls) if walked else ():
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target, value = node.targets[0], node.value
@@ -355,6 +358,7 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
     # most modules name neither: their functions are not walked for what they cannot call
     may_build_models = may_name(source, ("Model", "Sequential"))
     may_build_training = may_name(source, training_layers)
+    may_add_weights, may_mask = may_name(source, ("add_weight",)), may_name(source, ("mask_zero", "supports_masking"))
     builds_model: dict[int, bool] = {}  # id(function) -> whether it calls Model/Sequential, for the loop below too
     for node in _function_defs(tree):
         builds_model[id(node)] = may_build_models and _returns_model(node)
@@ -374,7 +378,8 @@ def scan_source(source: str, module: str, info: PackageInfo, training_layers: fr
         if isinstance(node, ast.ClassDef):
             bases = tuple(ast_tail(b) for b in node.bases)
             info.classes[node.name] = ClassInfo(
-                node.name, module, bases, _weights(node), _stored_submodels(node), mask_facts(node),
+                node.name, module, bases, _weights(node, may_add_weights), _stored_submodels(node),
+                mask_facts(node, may_mask),
                 frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
             )
         elif isinstance(node, ast.FunctionDef) and builds_model[id(node)]:

@@ -326,18 +326,20 @@ def _reader(fn: ast.FunctionDef, sigs: dict[str, TrainSig]) -> TrainSig | None:
     params = positional(fn)
     if params is None:
         return None
-    names = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}
-    if "state" in names or "state" in params:
-        return None
     own = list(own_nodes(fn))
-    own_ids = {id(n) for n in own}
-    nested = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name) and id(n) not in own_ids}  # nested_use, for every param at once
-    calls = {id(n.func): n for n in own if isinstance(n, ast.Call)}
     passed = {}
     for call, sig in passing_calls(fn, sigs):
         arg = arg_at(call, sig, sig.model)
         if arg is not None and sig.kind == "reader":
             passed[id(arg)] = call
+    if not passed and not any(n.__class__ is ast.keyword and n.arg == "training" for n in own):
+        return None  # no evidence can be found below: no reader passed a model, no ``training=``
+    names = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name)}
+    if "state" in names or "state" in params:
+        return None
+    own_ids = {id(n) for n in own}
+    nested = {n.id for n in ast_walk(fn) if isinstance(n, ast.Name) and id(n) not in own_ids}  # nested_use, for every param at once
+    calls = {id(n.func): n for n in own if isinstance(n, ast.Call)}
     for param in params:
         uses = [n for n in own if isinstance(n, ast.Name) and n.id == param]
         if not uses or param in nested:
