@@ -374,8 +374,29 @@ def _test(matcher) -> Callable[[cst.CSTNode], bool] | None:
     if isinstance(matcher, m.MatchIfTrue):
         return lambda node: bool(matcher.func(node))
     if isinstance(matcher, m.BaseMatcherNode):
-        return lambda node: m.matches(node, matcher)
+        return _any if _bare(matcher) else lambda node: m.matches(node, matcher)
     return None  # DoesNotMatch, SaveMatchedNode, metadata matchers: LibCST's own findall
+
+
+def _any(node: cst.CSTNode) -> bool:
+    """The test of a bare node matcher: any node of its type matches."""
+    return True
+
+
+_DO_NOT_CARE = m.DoNotCare()
+_MATCHER_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _bare(matcher: m.BaseMatcherNode) -> bool:
+    """A node matcher that asks for nothing but its type (``m.Call()``): LibCST compares the class
+    names, then each field, and every field is ``DoNotCare``."""
+    kind = type(matcher)
+    if kind.__module__ != m.__name__:  # OneOf, AllOf and other special matchers
+        return False
+    names = _MATCHER_FIELDS.get(kind)
+    if names is None:
+        names = _MATCHER_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind) if f.name != "_metadata")
+    return all(getattr(matcher, name) is _DO_NOT_CARE for name in names)
 
 
 def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher) -> list[cst.CSTNode]:
@@ -392,6 +413,8 @@ def findall(tree: cst.CSTNode | cst.MaybeSentinel | cst.RemovalSentinel, matcher
         found_span = _indexed_span(tree, kinds)
         if found_span is not None:
             index, start, end = found_span
+            if test is _any:
+                return [node for _, node in index.of_types(kinds, start, end)]
             return [node for _, node in index.of_types(kinds, start, end) if test(node)]
     # what no matcher of these kinds can match below (whitespace, punctuation) is not entered
     listers, learn = (_INDEXED_CHILDREN, _learn_indexed) if kinds is not None and kinds.isdisjoint(_UNINDEXED) \
