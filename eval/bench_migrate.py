@@ -137,9 +137,15 @@ def bench_floor(corpus: Corpus, per_file_collection: bool = True) -> None:
 
 
 def engine_jobs(corpus: Corpus, repeat: int = 1) -> tuple[list[Job], float]:
-    """The corpus' jobs on its package facts, and the best of ``repeat`` pre-pass times."""
+    """The corpus' jobs on its package facts, and the best of ``repeat`` pre-pass times (the
+    pre-pass run as ``migrate`` runs it: in ``collection.one_file``, as the engine runs each file)."""
     scanned: list = [None]
-    prepass = best_of(repeat, lambda: scanned.__setitem__(0, scan_package(corpus.root, corpus.files)))
+
+    def scan() -> None:
+        with collection.one_file():
+            scanned[0] = scan_package(corpus.root, corpus.files)
+
+    prepass = best_of(repeat, scan)
     jobs = [Job(f.relative_to(corpus.root).as_posix(), f, scanned[0]) for f in corpus.files]
     return jobs, prepass
 

@@ -134,3 +134,11 @@ def _die_on_m3(job, parsed):
     if job.rel == "m3.py":
         os._exit(3)
     return job.rel
+
+
+def test_a_block_left_before_the_facts_were_sent_stops_its_workers(tmp_path):
+    """Workers waiting for package facts that never come would keep ``shutdown`` waiting forever."""
+    before = set(multiprocessing.active_children())
+    with parallel.Workers(_tree(tmp_path), 2, translate=_record, parse=parse_ahead):
+        pass
+    assert not set(multiprocessing.active_children()) - before

@@ -91,9 +91,9 @@ class Workers:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
-        if exc is None:
+        if exc is None and self._shared.ready.is_set():
             self._pool.shutdown()
-        else:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool: no worker outlives the run
+        else:  # Ctrl-C, SIGTERM (the CLI raises), a broken pool, no facts sent: no worker outlives the run
             self._stop()
         self._shared.facts.close()
 
