@@ -716,9 +716,11 @@ def imported_modules(test_path: Path, root: Path, package: str, modules: list[st
     relative imports; ``from pkg import mod`` names the module ``pkg.mod``)."""
     import ast
 
+    from tern.engine.parsed_files import parsed_file
+
     try:
-        tree = ast.parse(test_path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        tree = parsed_file(test_path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return []
     here = list(test_path.relative_to(root).with_suffix("").parts[:-1])
     found: list[str] = []

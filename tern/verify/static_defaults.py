@@ -19,6 +19,7 @@ import ast
 from pathlib import Path
 from typing import Iterable
 
+from tern.engine.parsed_files import parsed_file
 from tern.verify.interface import SKIPPED, same_default
 
 
@@ -42,7 +43,7 @@ def _functions(path: Path) -> dict[str, dict[str, object]]:
     """Top-level function name (``Class.method`` for a top-level class's methods) -> its
     literal defaults; {} for a file that cannot be read."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed_file(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return {}
     found = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from tern.engine.ast_walks import children as ast_children
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
 from tern.engine.names import ast_bindings, ast_scope, parsed, short_name
+from tern.engine.parsed_files import parsed_file
 from tern.engine.records import Tables, tables as default_tables
 from tern.engine.report import AllowedUse
 
@@ -128,10 +129,11 @@ class _Reader:
         return out
 
 
-def read(text: str, package: PackageDatasets | None = None, table: Tables | None = None) -> Kept | None:
-    """What TF ``text`` keeps; None when it does not parse."""
+def read(text: str, package: PackageDatasets | None = None, table: Tables | None = None,
+         tree: ast.Module | None = None) -> Kept | None:
+    """What TF ``text`` keeps; None when it does not parse. ``tree``: ``text`` parsed, if it was."""
     try:
-        tree = parsed(text)
+        tree = tree or parsed(text)
     except (SyntaxError, ValueError):
         return None
     table = table or default_tables()
@@ -153,14 +155,14 @@ def read_tree(root: Path) -> dict[Path, Kept]:
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         try:
-            trees[path] = ast.parse(text)
+            trees[path] = parsed_file(text)
         except (SyntaxError, ValueError):
             continue
         texts[path] = text
     package = PackageDatasets()
     for path, tree in trees.items():
         scan_module(tree, package, source=texts[path])
-    return {path: kept for path in trees if (kept := read(texts[path], package)) is not None}
+    return {path: kept for path, tree in trees.items() if (kept := read(texts[path], package, tree=tree)) is not None}
 
 
 #: ``tree_keeps_only_allowed_tf`` by a digest of the tree's files: a long-lived process (the
