@@ -59,6 +59,11 @@ def _wait_for_lines(log: Path, count: int) -> list[str]:
     pytest.fail(f"the workers parsed {len(lines)} files ahead, not {count}")
 
 
+#: workers parse ahead on the cores the scan leaves free: none on a single core
+needs_two_cores = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="no core is left to parse ahead on")
+
+
+@needs_two_cores
 def test_files_parsed_ahead_are_used_and_every_job_is_done_once(tmp_path):
     work = _tree(tmp_path)
     log = tmp_path / "parsed.log"
@@ -77,6 +82,7 @@ def test_files_parsed_ahead_are_used_and_every_job_is_done_once(tmp_path):
     assert any(parsed for *_, parsed, _ in results)
 
 
+@needs_two_cores
 def test_parsing_ahead_stops_at_the_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "AHEAD_BYTES", 1)  # the workers fork after this: they inherit it
     work = _tree(tmp_path)
