@@ -16,34 +16,32 @@ import gc
 from typing import Iterator
 
 
-@contextlib.contextmanager
-def one_file() -> Iterator[None]:
+def one_file() -> contextlib.AbstractContextManager[None]:
     """Collect the cycles of what runs inside once, at the end (nested uses: the outermost
     collects; a collector the caller disabled stays disabled)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            # before the collector is back on: its count of new objects (the whole file's) is
-            # then reset, and the next allocation does not start a collection of its own, nor,
-            # every tenth file or so, a full one over every object in the process
-            gc.collect(0)
-            gc.enable()
+    return _collector_off(collect_young=True)
 
 
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
+def paused() -> contextlib.AbstractContextManager[None]:
     """The collector off inside and back on after, with no collection: for work that makes
     no cyclic garbage and keeps what it makes (the package scan's syntax trees). A collection
     at the end would only walk all of it to find it alive; ``settled`` then freezes it."""
+    return _collector_off(collect_young=False)
+
+
+@contextlib.contextmanager
+def _collector_off(collect_young: bool) -> Iterator[None]:
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if collect_young:
+                # before the collector is back on: its count of new objects (the whole file's)
+                # is then reset, and the next allocation does not start a collection of its
+                # own, nor, every tenth file or so, a full one over every object in the process
+                gc.collect(0)
             gc.enable()
 
 
