@@ -176,6 +176,23 @@ def test_no_cache_runs_every_job(project, second):
     assert report["packages"][0]["cached_jobs"] == 0
 
 
+def test_a_conftest_of_the_users_project_reaches_neither_side(project, second):
+    """The TF code base's own conftest.py, at the root of the project holding tern's state,
+    is above the package: the translated tests in the JAX worker (no TensorFlow there)
+    must not load it, nor the recording of the original tests."""
+    conftest = project / "conftest.py"
+    conftest.write_text("import tensorflow as tf\n\nraise RuntimeError('the project conftest was loaded')\n")
+    try:
+        proc = tern(project, "verify", "out/custom_dense", "--original", str(FIXTURES / "custom_dense"), "--no-cache",
+                    "--json", str(project / "above.json"))
+    finally:
+        conftest.unlink()
+    report = json.loads((project / "above.json").read_text())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "conftest" not in proc.stdout + proc.stderr and "was loaded" not in proc.stdout + proc.stderr
+    assert rows(report)["custom_dense.layers"]["status"] == "equivalent", rows(report)["custom_dense.layers"]
+
+
 def test_deliberately_wrong_translations_are_mismatches(project, second):
     report_path = project / "wrong.json"
     proc = tern(project, "verify", str(WRONG), "--original", str(FIXTURES), "--json", str(report_path))

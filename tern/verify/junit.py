@@ -48,12 +48,18 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bo
     instead of all their tests (``tern mcp``'s run_test).
 
     No cache provider and no config file: nothing is written outside ``scratch``, and
-    the user's own pytest configuration cannot change what is run. No unraisable-exception
+    the user's own pytest configuration cannot change what is run. No ``conftest.py`` above
+    ``rootdir`` (``--confcutdir``): ``rootdir`` holds only the package (``run.link_root``),
+    whose parents are tern's state directory and the user's project, where a conftest of the
+    TF code base (importing TensorFlow into the JAX worker) was loaded, and pytest listed
+    every parent directory's entries to collect the files. No unraisable-exception
     plugin: its clean-up runs ``gc.collect()`` five times, which over a warm worker's heap
-    (TensorFlow or JAX loaded) costs half a second per run, more than the tests."""
+    (TensorFlow or JAX loaded) costs half a second per run, more than the tests. The
+    installed plugins are found once per worker (``pytest_plugins.py``)."""
     import pytest
 
     from tern.verify.compiled import keep_pytest_rewrites
+    from tern.verify.pytest_plugins import EntryPointPlugins, installed_plugins
     from tern.verify.untranslated import UntranslatedLines
 
     keep_pytest_rewrites()  # test files that did not change are not rewritten again
@@ -62,8 +68,9 @@ def run_pytest(files: list[str], rootdir: Path, scratch: Path, *, translated: bo
     lines = UntranslatedLines(rootdir, files) if translated else None
     code = pytest.main([
         *(select or files), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "no:unraisableexception", "--rootdir", str(rootdir), "-c", "/dev/null",
+        "--confcutdir", str(rootdir), "--disable-plugin-autoload",
         f"--junitxml={junit}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning",
         "-W", "ignore::pytest.PytestAssertRewriteWarning",  # plugins the worker imported at start-up
-    ], plugins=[lines] if lines is not None else [])
+    ], plugins=[*([lines] if lines is not None else []), EntryPointPlugins(installed_plugins())])
     tests, details = junit_outcomes(junit, lines.found if lines is not None else None) if junit.exists() else ({}, {})
     return {"exit": int(code), "tests": tests, "details": details}
