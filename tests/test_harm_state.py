@@ -4,6 +4,7 @@
   at all, and damage that appears while a run has the store open: each is set aside under
   a name that says so, with a message naming it, and the run goes on with an empty store.
   ``tern cache clear`` works whatever the file holds.
+* A process killed right after its commits loses none of them (commits wait for no fsync).
 * ``tern eval`` migrates its cases in worker processes, never in threads beside its event
   loop (CPython 3.11's ``ast`` breaks when two threads parse at once).
 """
@@ -47,6 +48,22 @@ def _damage_pages(path: Path) -> None:
 
 def _aside(state: Path) -> list[Path]:
     return sorted(state.glob("cache.sqlite.damaged-*"))
+
+
+def test_results_committed_before_a_kill_are_kept_and_commits_do_not_wait_for_the_disk(tmp_path):
+    """WAL with ``synchronous=NORMAL``: a commit waits for no fsync, and a process killed
+    right after its commits loses none of them (only a power cut could)."""
+    script = ("import os, signal, sys\nfrom pathlib import Path\nfrom tern.verify.cache import Cache\n"
+              "cache = Cache(Path(sys.argv[1]))\n"
+              "assert cache.db.execute('PRAGMA synchronous').fetchone()[0] == 1\n"  # NORMAL
+              "for i in range(50):\n    cache.put(f'key{i}', 'replay', {'i': i})\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    cache = Cache(tmp_path)
+    assert cache.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert [cache.get(f"key{i}", "replay") for i in range(50)] == [{"i": i} for i in range(50)]
+    cache.close()
 
 
 def test_damaged_pages_behind_an_intact_header_are_set_aside_with_a_message(tmp_path, capsys):

@@ -2,7 +2,10 @@
 
 A key is the SHA-256 of everything a result depends on (see ``keys.py``), so a hit is
 always valid and nothing needs invalidating: an edit changes the key. Values are JSON.
-Writes are transactions (WAL mode), safe for several tern processes at once. A damaged
+Writes are transactions (WAL mode), safe for several tern processes at once. A commit does
+not wait for the disk (``synchronous=NORMAL``, SQLite's setting for WAL): a power cut may
+lose the last results, which the next run makes again, and never damages the store; a
+verify after an edit commits one result per job, each an fsync before. A damaged
 or foreign database file (SQLite reports it corrupt, or not a database, when it is opened or
 at any later query) is set aside under a name that says so, with a message naming it, and
 the run goes on with an empty store: a cache is never a reason to fail.
@@ -63,6 +66,7 @@ class Cache:
         while True:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # per connection: commits without an fsync each
                 db.execute(SCHEMA)
                 return db
             except sqlite3.OperationalError as exc:
