@@ -298,7 +298,10 @@ class PackageVerifier:
             for case in (value or {}).get("steps", []):
                 steps_by_module.setdefault(case["target"].partition(":")[0], []).append(case)
             async with anyio.create_task_group() as group:
-                for module, cases in by_module.items():
+                # Replays with cases first: each is followed by its inits and search, while one
+                # without cases only imports its module. A kind's jobs get workers in the order
+                # they come, so the replays others wait on must come first.
+                for module, cases in sorted(by_module.items(), key=lambda item: not item[1]):
                     async def one(module=module, cases=cases) -> None:
                         replays[module] = await self.replay(module, cases, (value or {}).get("dir", ""), jax_root)
                     group.start_soon(one)
