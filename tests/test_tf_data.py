@@ -23,7 +23,7 @@ import pytest
 
 from tern.evaluation import scan
 from tern.evaluation.score import Translation
-from tern.features.tf_data.kept import read, tree_keeps_only_allowed_tf
+from tern.features.tf_data.kept import read, read_tree, tree_keeps_only_allowed_tf
 from tern.engine.records import tables
 from tern.engine.report import FileResult, RunReport
 from tern.verify.run import PackageVerifier
@@ -185,6 +185,26 @@ def test_the_verifier_pays_for_tensorflow_only_when_tf_data_needs_it(tmp_path):
     assert kind({"a.py": "import tensorflow as tf\nx = tf.ones(1)\n", "data.py": PIPELINE}) == "jax"
     assert kind({"a.py": "import keras\n", "data.py": PIPELINE}) == "jax"
     assert tree_keeps_only_allowed_tf(tmp_path / "1")
+
+
+def test_a_tree_no_import_statement_of_which_names_tf_is_answered_without_reading_it(tmp_path):
+    """``tree_keeps_only_allowed_tf`` skips reading a tree whose text has no import of TF: the
+    answer is the full reading's on every fixture tree and on imports spelled unusually."""
+    def full(root: Path) -> bool:
+        importing = [k for k in read_tree(root).values() if k.imports_tf]
+        return bool(importing) and all(k.only_allowed for k in importing)
+
+    trees = [p for base in ("expected", "tf", "wrong") for p in sorted((ROOT / "fixtures" / base).iterdir()) if p.is_dir()]
+    assert len(trees) > 60
+    for root in trees:
+        assert tree_keeps_only_allowed_tf(root) == full(root), root
+    hidden = {"guarded": "if True: import tensorflow as tf\n", "continued": "import os, \\\n    tensorflow as tf\n",
+              "folded": "import ｔｅｎｓｏｒｆｌｏｗ as tf\n"}  # NFKC: tensorflow
+    for name, imports in hidden.items():
+        root = tmp_path / name
+        root.mkdir()
+        (root / "data.py").write_text(imports + PIPELINE.replace("import tensorflow as tf\n", ""))
+        assert tree_keeps_only_allowed_tf(root) and full(root), name
 
 
 def test_report_lists_allowed_tf_apart_from_residue():

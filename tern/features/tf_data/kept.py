@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tern.engine.ast_walks import children as ast_children
 from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
-from tern.engine.names import ast_bindings, ast_scope, parsed, short_name
+from tern.engine.names import SOURCE_ROOTS, ast_bindings, ast_scope, parsed, short_name
 from tern.engine.parsed_files import parsed_file
 from tern.engine.records import Tables, tables as default_tables
 from tern.engine.report import AllowedUse
@@ -168,17 +169,27 @@ def read_tree(root: Path) -> dict[Path, Kept]:
 #: ``tree_keeps_only_allowed_tf`` by a digest of the tree's files: a long-lived process (the
 #: daemon) asks again on every verify, and reading the tree is most of a cached verify
 _ONLY_ALLOWED: dict[bytes, bool] = {}
+#: ``import`` or ``from``, then on the same line (or one continued with a backslash) a root TF is
+#: imported by, as a word (``_keras_compat`` is none): every import statement binding TF has
+#: this, and a docstring's "`tf.keras.Model`" has not. In a file that is not ASCII an identifier
+#: may spell a root otherwise (NFKC), so such a file is read whatever it holds.
+_TF_IMPORT = re.compile(rb"\b(?:import|from)\b(?:[^\n]|\\\n)*?\b(?:" + b"|".join(r.encode() for r in SOURCE_ROOTS)
+                        + rb")\b")
 
 
 def tree_keeps_only_allowed_tf(root: Path) -> bool:
     """The tree imports TensorFlow, and every TF use in it is allowed (tf.data): it needs a
     worker with TensorFlow (for tf.data) but never Keras."""
     digest = hashlib.sha256()
+    may_import = False
     for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
         data = path.read_bytes()
         digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
         digest.update(data)
+        may_import = may_import or not data.isascii() or _TF_IMPORT.search(data) is not None
     key = digest.digest()
+    if not may_import:  # no file imports TF: nothing to read
+        return False
     if key not in _ONLY_ALLOWED:
         importing = [k for k in read_tree(root).values() if k.imports_tf]
         if len(_ONLY_ALLOWED) >= 256:
