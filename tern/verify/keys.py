@@ -67,7 +67,7 @@ def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
     except (SyntaxError, ValueError):
         return ()
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -78,6 +78,19 @@ def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
                 module = node.module or ""
             names += [module, *(f"{module}.{a.name}" for a in node.names)]
     return tuple(names)
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement, at any depth (function and class bodies, branches, handlers, cases):
+    an import is a statement, so the expressions, most of a tree's nodes, are not walked."""
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in ("cases", "handlers", "finalbody", "orelse", "body"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                stack.extend(reversed(block))
 
 
 def closure_hash(path: Path, root: Path, package: str) -> str:
