@@ -42,6 +42,17 @@ lambda: __import__("not_a_statement")
 '''
 
 
+def test_a_file_in_any_encoding_or_with_any_newlines_gives_its_imports():
+    text = "import os\nfrom pkg import sub\nname = 'caf\u00e9'\n"
+    expected = ("os", "pkg", "pkg.sub")
+    assert imported_names(text.encode(), ()) == expected
+    assert imported_names(b"\xef\xbb\xbf" + text.encode(), ()) == expected  # a byte-order mark
+    assert imported_names(text.replace("\n", "\r\n").encode(), ()) == expected
+    assert imported_names(text.replace("\n", "\r").encode(), ()) == expected
+    assert imported_names(("# -*- coding: latin-1 -*-\n" + text).encode("latin-1"), ()) == expected
+    assert imported_names(b"import (", ()) == ()  # no Python: no imports, no error
+
+
 def _walked(source: bytes, current: tuple[str, ...]) -> set[str]:
     """Every Import and ImportFrom node of the whole tree, expressions included."""
     names = set()

@@ -14,6 +14,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from tern.engine.parsed_files import parsed_file
 from tern.sandbox.identity import JAX_LIBRARIES, TF_LIBRARIES, digest, tern_fingerprint, versions
 
 __all__ = ["JAX_LIBRARIES", "TF_LIBRARIES", "digest", "tern_fingerprint", "versions"]  # the sandbox's, here with the rest of a job's key
@@ -61,9 +62,16 @@ def local_imports(path: Path, root: Path, package: str) -> set[Path]:
 def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
     """The absolute module names a source imports (``current``: its package, for relative
     imports). Kept per content: a cached verify asks again for every file it hashes, and
-    parsing was most of its time in the daemon."""
+    parsing was most of its time in the daemon. A UTF-8 file is parsed as the text
+    ``Path.read_text`` gives, through ``parsed_file``: the static defaults read the same
+    tree of an edited module again."""
     try:
-        tree = ast.parse(source)
+        try:
+            text = source.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # read_text's newlines
+        except UnicodeDecodeError:  # another encoding, declared in the file: the bytes say which
+            tree = ast.parse(source)
+        else:
+            tree = parsed_file(text)
     except (SyntaxError, ValueError):
         return ()
     names: list[str] = []
