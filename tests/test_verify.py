@@ -191,6 +191,8 @@ def test_a_conftest_of_the_users_project_reaches_neither_side(project, second):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "conftest" not in proc.stdout + proc.stderr and "was loaded" not in proc.stdout + proc.stderr
     assert rows(report)["custom_dense.layers"]["status"] == "equivalent", rows(report)["custom_dense.layers"]
+    originals = report["packages"][0]["original_tests"]
+    assert originals and all(o == "passed" for o in originals.values()), originals
 
 
 def test_deliberately_wrong_translations_are_mismatches(project, second):
