@@ -158,3 +158,19 @@ def _declared(cls: type) -> dict[str, str]:
         return {}
     pairs = [part.split() for part in match.group(1).split(",")]
     return {pair[1]: pair[0] for pair in pairs if len(pair) == 2}
+
+
+def statements(tree: ast.AST, *, own: bool = False):
+    """Every statement, at any depth (expressions are not entered: much cheaper than
+    ``ast.walk``); ``own``: not those inside nested functions and classes."""
+    stack = list(reversed(tree)) if isinstance(tree, list) else [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.stmt):
+            yield node
+            if own and isinstance(node, SCOPES):
+                continue
+        for name in ("handlers", "cases", "finalbody", "orelse", "body"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                stack.extend(reversed(block))

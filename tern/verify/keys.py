@@ -14,6 +14,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from tern.engine.ast_walks import statements
 from tern.engine.parsed_files import parsed_file
 from tern.sandbox.identity import JAX_LIBRARIES, TF_LIBRARIES, digest, tern_fingerprint, versions
 
@@ -75,7 +76,7 @@ def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
     except (SyntaxError, ValueError):
         return ()
     names: list[str] = []
-    for node in _statements(tree.body):
+    for node in statements(tree):  # an import is a statement: expressions are not walked
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -86,19 +87,6 @@ def imported_names(source: bytes, current: tuple[str, ...]) -> tuple[str, ...]:
                 module = node.module or ""
             names += [module, *(f"{module}.{a.name}" for a in node.names)]
     return tuple(names)
-
-
-def _statements(body: list[ast.stmt]):
-    """Every statement, at any depth (function and class bodies, branches, handlers, cases):
-    an import is a statement, so the expressions, most of a tree's nodes, are not walked."""
-    stack = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        yield node
-        for field in ("cases", "handlers", "finalbody", "orelse", "body"):
-            block = getattr(node, field, None)
-            if isinstance(block, list):
-                stack.extend(reversed(block))
 
 
 def closure_hash(path: Path, root: Path, package: str) -> str:

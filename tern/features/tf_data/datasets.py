@@ -20,7 +20,7 @@ import ast
 import functools
 from dataclasses import dataclass, field
 
-from tern.engine.ast_walks import children as ast_children, walk as ast_walk
+from tern.engine.ast_walks import children as ast_children, statements, walk as ast_walk
 from tern.engine.names import SOURCE_ROOTS, Canonicalizer, ast_bindings
 from tern.engine.records import AllowedRecord, Tables, tables as default_tables
 
@@ -41,25 +41,6 @@ def dotted(node: ast.expr) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
-
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def statements(tree: ast.AST, *, own: bool = False):
-    """Every statement, at any depth (expressions are not entered: much cheaper than
-    ``ast.walk``); ``own``: not those inside nested functions and classes."""
-    stack = list(reversed(tree)) if isinstance(tree, list) else [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.stmt):
-            yield node
-            if own and isinstance(node, _SCOPES):
-                continue
-        for name in ("handlers", "cases", "finalbody", "orelse", "body"):
-            block = getattr(node, name, None)
-            if isinstance(block, list):
-                stack.extend(reversed(block))
 
 
 class Resolver:

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tern.engine.ast_walks import children as ast_children
-from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module, statements
+from tern.engine.ast_walks import children as ast_children, statements
+from tern.features.tf_data.datasets import MODULE_SCOPE, FileDatasets, PackageDatasets, Resolver, dotted, file_datasets, scan_module
 from tern.engine.names import SOURCE_ROOTS, ast_bindings, ast_scope, parsed, short_name
 from tern.engine.parsed_files import parsed_file
 from tern.engine.records import Tables, tables as default_tables
